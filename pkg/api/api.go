@@ -1,0 +1,92 @@
+// Package api holds the names Gleaner's components agree on: labels, annotations,
+// PriorityClasses, the scheduler name and the controller's Lease. Every other
+// package takes these from here so the contract lives in one place.
+package api
+
+import (
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+const (
+	// LabelRole marks inference pods (value RoleInference).
+	LabelRole     = "gleaner.dev/role"
+	RoleInference = "inference"
+	// LabelService names the inference service a pod serves; default: the owning Deployment.
+	LabelService = "gleaner.dev/service"
+	// AnnotationMetricsPort and AnnotationMetricsPath locate a vLLM pod's /metrics.
+	AnnotationMetricsPort = "gleaner.dev/metrics-port"
+	AnnotationMetricsPath = "gleaner.dev/metrics-path"
+	DefaultMetricsPort    = 8000
+	DefaultMetricsPath    = "/metrics"
+
+	// LabelPool marks the GPU nodes Gleaner may lend (value PoolInference by default).
+	LabelPool     = "gleaner.dev/pool"
+	PoolInference = "inference"
+
+	// LabelHarvest is the planner's verdict on a node, one of the Harvest* values.
+	LabelHarvest = "gleaner.dev/harvest"
+	// AnnotationHarvestableGPUs is how many of the node's GPUs may be lent (a decimal integer).
+	AnnotationHarvestableGPUs = "gleaner.dev/harvestable-gpus"
+
+	// AnnotationLastCheckpoint is an RFC 3339 time a best-effort pod writes after each checkpoint.
+	AnnotationLastCheckpoint = "gleaner.dev/last-checkpoint"
+
+	PriorityClassInference  = "gleaner-inference"
+	PriorityClassBestEffort = "gleaner-best-effort"
+
+	SchedulerName = "gleaner-scheduler"
+
+	// The controller's leader-election Lease doubles as its heartbeat for the scheduler.
+	SystemNamespace     = "gleaner-system"
+	ControllerLeaseName = "gleaner-controller"
+
+	// GPUResource is the extended resource Gleaner lends.
+	GPUResource v1.ResourceName = "nvidia.com/gpu"
+
+	// DefaultBestEffortPriorityThreshold: pods with a priority below it are best-effort.
+	DefaultBestEffortPriorityThreshold int32 = 0
+)
+
+// HarvestState is the value of LabelHarvest.
+type HarvestState string
+
+const (
+	// HarvestOpen: best-effort pods may be placed on the node's harvestable GPUs.
+	HarvestOpen HarvestState = "open"
+	// HarvestDraining: inference needs GPUs that are lent; lent pods are being reclaimed and nothing new is placed.
+	HarvestDraining HarvestState = "draining"
+	// HarvestClosed: nothing is lent here.
+	HarvestClosed HarvestState = "closed"
+)
+
+// IsBestEffort reports whether a pod's priority is below threshold. A pod without a
+// resolved priority (nil) counts as priority 0, as the scheduler treats it.
+func IsBestEffort(pod *v1.Pod, threshold int32) bool {
+	var p int32
+	if pod.Spec.Priority != nil {
+		p = *pod.Spec.Priority
+	}
+	return p < threshold
+}
+
+// IsInference reports whether a pod carries the inference role label.
+func IsInference(pod *v1.Pod) bool {
+	return pod.Labels[LabelRole] == RoleInference
+}
+
+// PodGPUs is the pod's effective request of the given resource (containers, init
+// containers and overhead combined the way the scheduler counts them).
+func PodGPUs(pod *v1.Pod, resource v1.ResourceName) int64 {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	q, ok := reqs[resource]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// HoldsResources reports whether a pod still occupies its node's resources: bound and not finished.
+func HoldsResources(pod *v1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
+}
