@@ -1,0 +1,67 @@
+package reclaim
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+)
+
+// ReasonReclaimed is the Event reason on an evicted best-effort pod.
+const ReasonReclaimed = "GleanerReclaimed"
+
+// ReasonReclaimBlocked is the Event reason when an eviction was refused (e.g. by a PodDisruptionBudget).
+const ReasonReclaimBlocked = "GleanerReclaimBlocked"
+
+// Evictor evicts pods through the Eviction API and records why on each pod.
+type Evictor struct {
+	Client   kubernetes.Interface
+	Recorder record.EventRecorder
+}
+
+// Evict asks the API server to evict pod with the pod's own grace period, so it
+// can checkpoint, and records an Event on the pod naming why. A pod already gone
+// is not an error.
+func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
+	eviction := &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		// No DeleteOptions: the pod's terminationGracePeriodSeconds applies.
+	}
+	err := e.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, eviction)
+	switch {
+	case err == nil:
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimed, "Evicted by gleaner-controller to return GPUs to inference: %s", why)
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsTooManyRequests(err):
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller will try other pods", err)
+		return fmt.Errorf("evicting %s/%s: refused: %w", pod.Namespace, pod.Name, err)
+	default:
+		return fmt.Errorf("evicting %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+}
+
+// ReclaimGPUs evicts candidates in Order until gpus GPUs (beyond those already
+// terminating) are on their way back. An eviction that is refused is reported and
+// the next candidate is tried. It returns the pods evicted and the GPUs still owed.
+func (e *Evictor) ReclaimGPUs(ctx context.Context, candidates []Candidate, gpus int64, why string) (evicted []*v1.Pod, owed int64, errs []error) {
+	owed = gpus - Terminating(candidates)
+	for _, c := range Order(candidates) {
+		if owed <= 0 {
+			break
+		}
+		if err := e.Evict(ctx, c.Pod, why); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		evicted = append(evicted, c.Pod)
+		owed -= c.GPUs
+	}
+	return evicted, max(owed, 0), errs
+}

@@ -1,0 +1,82 @@
+// Package reclaim takes lent GPUs back from best-effort pods. Choosing victims
+// is pure; evicting them goes through the Eviction API so each pod's grace period
+// (its time to checkpoint) applies.
+package reclaim
+
+import (
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// Candidate is a best-effort pod that could be evicted.
+type Candidate struct {
+	Pod  *v1.Pod
+	GPUs int64
+	// LostWork in GPU-seconds if evicted now.
+	LostWork float64
+}
+
+// LostWork is the work a pod loses if evicted at now, in GPU-seconds:
+// GPUs x time since its last checkpoint (annotation api.AnnotationLastCheckpoint,
+// RFC 3339) or, without a readable one, since it started. A pod that has not
+// started loses nothing.
+func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
+	var since time.Time
+	if pod.Status.StartTime != nil {
+		since = pod.Status.StartTime.Time
+	}
+	if raw, ok := pod.Annotations[api.AnnotationLastCheckpoint]; ok {
+		if t, err := time.Parse(time.RFC3339, raw); err == nil && t.After(since) && !t.After(now) {
+			since = t
+		}
+	}
+	if since.IsZero() || !now.After(since) {
+		return 0
+	}
+	return float64(max(gpus, 1)) * now.Sub(since).Seconds()
+}
+
+// NewCandidate builds a Candidate for pod at time now.
+func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time) Candidate {
+	gpus := api.PodGPUs(pod, gpuResource)
+	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now)}
+}
+
+// Order sorts candidates into eviction order and drops those already
+// terminating: least lost work first; ties go to the pod with more GPUs (so fewer
+// pods go), then to the name, for a stable order.
+func Order(candidates []Candidate) []Candidate {
+	var live []Candidate
+	for _, c := range candidates {
+		if c.Pod.DeletionTimestamp == nil {
+			live = append(live, c)
+		}
+	}
+	sort.SliceStable(live, func(i, j int) bool {
+		a, b := live[i], live[j]
+		if a.LostWork != b.LostWork {
+			return a.LostWork < b.LostWork
+		}
+		if a.GPUs != b.GPUs {
+			return a.GPUs > b.GPUs
+		}
+		return a.Pod.Namespace+"/"+a.Pod.Name < b.Pod.Namespace+"/"+b.Pod.Name
+	})
+	return live
+}
+
+// Terminating is the GPUs held by candidates already being deleted: they come
+// back without another eviction.
+func Terminating(candidates []Candidate) int64 {
+	var gpus int64
+	for _, c := range candidates {
+		if c.Pod.DeletionTimestamp != nil {
+			gpus += c.GPUs
+		}
+	}
+	return gpus
+}
