@@ -1,0 +1,254 @@
+// Package gpuharvest is the scheduler plugin that places best-effort pods only on
+// GPUs the gleaner-controller has declared harvestable, and packs them so that
+// reclaiming GPUs for inference evicts as few of them as possible.
+package gpuharvest
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+)
+
+// Name of the plugin in the scheduler configuration.
+const Name = "GPUHarvest"
+
+const stateKey fwk.StateKey = Name
+
+// Failure reasons, phrased for the scheduler's per-node aggregation.
+const (
+	ErrReasonNotOpen         = "node(s) were not open for harvest"
+	ErrReasonBadVerdict      = "node(s) had an unreadable harvest verdict"
+	ErrReasonNotEnoughGPUs   = "node(s) didn't have enough harvestable GPUs"
+	ErrReasonHeartbeatStale  = "gleaner-controller heartbeat is stale, so no GPUs are lent"
+	priorityFragmentKey      = "v1.Pod.Spec.Priority"
+	bestEffortGPUFragmentKey = "gleaner.dev/BestEffortGPUs()"
+)
+
+// GPUHarvest implements PreFilter, Filter, PreScore and Score for best-effort pods.
+// Pods that are not best-effort are skipped at PreFilter and PreScore.
+type GPUHarvest struct {
+	handle    fwk.Handle
+	args      Args
+	gpu       v1.ResourceName
+	threshold int32
+	clock     clock.PassiveClock
+	heartbeat *heartbeat
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &GPUHarvest{}
+	_ fwk.FilterPlugin      = &GPUHarvest{}
+	_ fwk.PreScorePlugin    = &GPUHarvest{}
+	_ fwk.ScorePlugin       = &GPUHarvest{}
+	_ fwk.EnqueueExtensions = &GPUHarvest{}
+	_ fwk.SignPlugin        = &GPUHarvest{}
+)
+
+// New builds the plugin from its args.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args Args
+	if err := pluginargs.Decode(Name, obj, &args); err != nil {
+		return nil, err
+	}
+	pl := &GPUHarvest{
+		handle:    h,
+		args:      args,
+		gpu:       args.Resource(),
+		threshold: args.Threshold(),
+		clock:     clock.RealClock{},
+	}
+	var err error
+	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, pl.onLeaseChange)
+	if err != nil {
+		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
+	}
+	return pl, nil
+}
+
+// Name returns the plugin name.
+func (pl *GPUHarvest) Name() string { return Name }
+
+type preFilterState struct {
+	gpus int64
+}
+
+func (s *preFilterState) Clone() fwk.StateData { return s }
+
+// PreFilter skips pods that are not best-effort and rejects every best-effort pod
+// while the controller's heartbeat is stale: a stale planner means every node is closed.
+func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !api.IsBestEffort(pod, pl.threshold) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if err := pl.heartbeat.check(pl.clock.Now()); err != nil {
+		klog.FromContext(ctx).V(4).Info("Heartbeat stale, nothing is lent", "pod", klog.KObj(pod), "reason", err)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale+": "+err.Error())
+	}
+	state.Write(stateKey, &preFilterState{gpus: api.PodGPUs(pod, pl.gpu)})
+	return nil, nil
+}
+
+// PreFilterExtensions is not needed: the per-node state is read from NodeInfo.
+func (pl *GPUHarvest) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+func (pl *GPUHarvest) podGPUs(state fwk.CycleState, pod *v1.Pod) int64 {
+	if d, err := state.Read(stateKey); err == nil {
+		if s, ok := d.(*preFilterState); ok {
+			return s.gpus
+		}
+	}
+	return api.PodGPUs(pod, pl.gpu)
+}
+
+// Filter admits a best-effort pod on a node only if the node is open and its
+// harvestable GPUs, minus those already lent there, cover the pod's request.
+func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	node := nodeInfo.Node()
+	verdict, err := harvest.ReadNode(node)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Treating node as closed", "node", klog.KObj(node), "err", err)
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
+	}
+	if verdict.State != api.HarvestOpen {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen)
+	}
+	if pl.lentGPUs(nodeInfo)+pl.podGPUs(state, pod) > verdict.HarvestableGPUs {
+		return fwk.NewStatus(fwk.Unschedulable, ErrReasonNotEnoughGPUs)
+	}
+	return nil
+}
+
+// lentGPUs counts GPUs held on the node by best-effort pods, including pods the
+// scheduler has just assumed there, so a burst of placements cannot overcommit
+// before the controller's next verdict.
+func (pl *GPUHarvest) lentGPUs(nodeInfo fwk.NodeInfo) int64 {
+	var lent int64
+	for _, pi := range nodeInfo.GetPods() {
+		if p := pi.GetPod(); api.IsBestEffort(p, pl.threshold) {
+			lent += api.PodGPUs(p, pl.gpu)
+		}
+	}
+	return lent
+}
+
+// PreScore skips pods that are not best-effort.
+func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if !api.IsBestEffort(pod, pl.threshold) {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score packs best-effort pods: the larger the share of a node's harvestable GPUs
+// that would be lent after placing the pod, the higher the score. Filling one node
+// before the next keeps lent GPUs together, so reclaiming room for one inference
+// replica evicts few jobs, and leaves other nodes whole.
+//
+//	score = MaxNodeScore * (lent + request) / harvestable
+func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	verdict, err := harvest.ReadNode(nodeInfo.Node())
+	if err != nil || verdict.HarvestableGPUs <= 0 {
+		return 0, nil
+	}
+	used := min(pl.lentGPUs(nodeInfo)+pl.podGPUs(state, pod), verdict.HarvestableGPUs)
+	return fwk.MaxNodeScore * used / verdict.HarvestableGPUs, nil
+}
+
+// ScoreExtensions: scores are already within [0, MaxNodeScore].
+func (pl *GPUHarvest) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// SignPod lets the scheduler batch pods with the same signature: the plugin's
+// decisions depend only on the pod's priority and its resource requests.
+func (pl *GPUHarvest) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	var prio int32
+	if pod.Spec.Priority != nil {
+		prio = *pod.Spec.Priority
+	}
+	return []fwk.SignFragment{
+		{Key: priorityFragmentKey, Value: prio},
+		{Key: bestEffortGPUFragmentKey, Value: api.PodGPUs(pod, pl.gpu)},
+	}, nil
+}
+
+// EventsToRegister: a rejected best-effort pod can fit after a node opens or gains
+// harvestable GPUs, or after a lent pod leaves. A stale heartbeat turning fresh is
+// not a cluster event; onLeaseChange re-activates pods for it.
+func (pl *GPUHarvest) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDeletion},
+	}, nil
+}
+
+func (pl *GPUHarvest) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	if !api.IsBestEffort(pod, pl.threshold) {
+		return fwk.QueueSkip, nil
+	}
+	newNode, ok := newObj.(*v1.Node)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("expected *v1.Node, got %T", newObj)
+	}
+	cur, err := harvest.ReadNode(newNode)
+	if err != nil || cur.State != api.HarvestOpen || cur.HarvestableGPUs < api.PodGPUs(pod, pl.gpu) {
+		return fwk.QueueSkip, nil
+	}
+	if oldNode, ok := oldObj.(*v1.Node); ok {
+		if prev, err := harvest.ReadNode(oldNode); err == nil && prev.State == api.HarvestOpen && prev.HarvestableGPUs >= cur.HarvestableGPUs {
+			return fwk.QueueSkip, nil
+		}
+	}
+	logger.V(5).Info("Node opened or gained harvestable GPUs", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
+	return fwk.Queue, nil
+}
+
+func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+	if !api.IsBestEffort(pod, pl.threshold) {
+		return fwk.QueueSkip, nil
+	}
+	gone, ok := oldObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if api.IsBestEffort(gone, pl.threshold) && api.PodGPUs(gone, pl.gpu) > 0 {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// onLeaseChange re-activates pending best-effort pods when the controller's
+// heartbeat comes back after being stale, instead of leaving them to the
+// scheduler's periodic flush of unschedulable pods.
+func (pl *GPUHarvest) onLeaseChange(old, cur *coordinationv1.Lease) {
+	now := pl.clock.Now()
+	if LeaseFresh(cur, now) != nil {
+		return
+	}
+	if old != nil && old.Spec.RenewTime != nil && cur.Spec.RenewTime != nil &&
+		LeaseFresh(old, cur.Spec.RenewTime.Time) == nil {
+		return // was fresh already
+	}
+	pods, err := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		return
+	}
+	pending := map[string]*v1.Pod{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil && api.IsBestEffort(p, pl.threshold) {
+			pending[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if len(pending) > 0 {
+		pl.handle.Activate(klog.Background(), pending)
+	}
+}

@@ -1,0 +1,73 @@
+// Package pluginargs holds the argument fields Gleaner's scheduler plugins share
+// and the decoding every plugin's args go through.
+package pluginargs
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// BestEffort says which pods are best-effort and which resource they borrow.
+// Plugins embed it inline in their args.
+type BestEffort struct {
+	// BestEffortPriorityThreshold: pods with a lower priority are best-effort. Default 0.
+	BestEffortPriorityThreshold *int32 `json:"bestEffortPriorityThreshold,omitempty"`
+	// GPUResourceName is the extended resource lent. Default nvidia.com/gpu.
+	GPUResourceName string `json:"gpuResourceName,omitempty"`
+}
+
+// Default fills unset fields.
+func (b *BestEffort) Default() {
+	if b.BestEffortPriorityThreshold == nil {
+		t := api.DefaultBestEffortPriorityThreshold
+		b.BestEffortPriorityThreshold = &t
+	}
+	if b.GPUResourceName == "" {
+		b.GPUResourceName = string(api.GPUResource)
+	}
+}
+
+// Validate checks defaulted fields.
+func (b *BestEffort) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	name := v1.ResourceName(b.GPUResourceName)
+	if msgs := validation.IsQualifiedName(b.GPUResourceName); len(msgs) > 0 || name == v1.ResourceCPU || name == v1.ResourceMemory {
+		errs = append(errs, field.Invalid(path.Child("gpuResourceName"), b.GPUResourceName, "must be an extended resource name such as nvidia.com/gpu"))
+	}
+	return errs
+}
+
+// Threshold is the defaulted priority threshold.
+func (b *BestEffort) Threshold() int32 { return *b.BestEffortPriorityThreshold }
+
+// Resource is the defaulted GPU resource name.
+func (b *BestEffort) Resource() v1.ResourceName { return v1.ResourceName(b.GPUResourceName) }
+
+// Args is what every plugin's args type implements.
+type Args interface {
+	Default()
+	Validate(path *field.Path) field.ErrorList
+}
+
+// Decode turns a profile's raw plugin args (nil when none are given) into
+// defaulted, validated args. Errors name the plugin and the offending field, so a
+// bad configuration stops the scheduler at start with a clear message.
+func Decode(plugin string, obj runtime.Object, into Args) error {
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, into); err != nil {
+			return fmt.Errorf("decoding %s args: %w", plugin, err)
+		}
+	}
+	into.Default()
+	if errs := into.Validate(field.NewPath("pluginConfig").Key(plugin).Child("args")); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	return nil
+}
