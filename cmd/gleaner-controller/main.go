@@ -1,0 +1,97 @@
+// Command gleaner-controller reads vLLM load, publishes which pool GPUs may be
+// lent and reclaims them when inference needs them. Run it with leader election
+// (the default): its Lease is also its heartbeat for gleaner-scheduler.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/controller"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/version"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gleaner-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		kubeconfig   string
+		poolSelector string
+		threshold    int32
+		gpuResource  string
+		leaderElect  bool
+		showVersion  bool
+		cfg          controller.Config
+		le           = controller.DefaultLeaderElection()
+		fs           = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
+		klogFlags    = flag.NewFlagSet("klog", flag.ContinueOnError)
+	)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
+	fs.StringVar(&poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
+	fs.Int32Var(&threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
+	fs.StringVar(&gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
+	fs.Float64Var(&cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
+	fs.DurationVar(&cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
+	fs.StringVar(&cfg.Metrics.Namespace, "inference-namespace", "", "Namespace of inference pods; empty for all.")
+	fs.StringVar(&cfg.Metrics.LabelSelector, "inference-selector", api.LabelRole+"="+api.RoleInference, "Label selector of inference (vLLM) pods.")
+	fs.DurationVar(&cfg.Metrics.Interval, "scrape-interval", 5e9, "Interval between scrapes of each vLLM /metrics endpoint.")
+	fs.DurationVar(&cfg.Metrics.Timeout, "scrape-timeout", 2e9, "Timeout of one scrape.")
+	fs.BoolVar(&leaderElect, "leader-elect", true, "Hold a Lease while acting; the scheduler reads it as this controller's heartbeat.")
+	fs.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "Namespace of the Lease.")
+	fs.StringVar(&le.Name, "leader-elect-resource-name", le.Name, "Name of the Lease.")
+	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", le.LeaseDuration, "Lease duration; also how long the scheduler trusts the last heartbeat.")
+	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", le.RenewDeadline, "Renew deadline.")
+	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod, "Retry period.")
+	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	if showVersion {
+		fmt.Println(version.String())
+		return nil
+	}
+	sel, err := labels.Parse(poolSelector)
+	if err != nil {
+		return fmt.Errorf("--pool-selector %q: %w", poolSelector, err)
+	}
+	cfg.PoolSelector = sel
+	cfg.BestEffortPriorityThreshold = &threshold
+	cfg.GPUResource = v1.ResourceName(gpuResource)
+
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	klog.InfoS("Starting", "version", version.String())
+	c := controller.New(client, cfg)
+	if !leaderElect {
+		return c.Run(ctx)
+	}
+	return controller.RunLeaderElected(ctx, client, le, c.Run)
+}

@@ -1,0 +1,286 @@
+// Package controller wires Gleaner's decision packages to the API: it reads
+// nodes, pods and vLLM load, plans what may be lent (pkg/harvest), publishes the
+// verdicts on Nodes and reclaims lent GPUs (pkg/reclaim) when inference needs them.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
+)
+
+// Component is the controller's name in Events.
+const Component = "gleaner-controller"
+
+// Config configures the controller. Zero values take the defaults.
+type Config struct {
+	// PoolSelector picks the nodes Gleaner may lend. Default gleaner.dev/pool=inference.
+	PoolSelector labels.Selector
+	// BestEffortPriorityThreshold: pods with a lower priority are best-effort. Default 0.
+	BestEffortPriorityThreshold *int32
+	// GPUResource is the resource lent. Default nvidia.com/gpu.
+	GPUResource v1.ResourceName
+	// SyncPeriod is how often the plan is recomputed. Default: the scrape interval.
+	SyncPeriod time.Duration
+	// TargetLoad is the running+waiting requests one replica should carry.
+	TargetLoad float64
+	// Metrics configures the vLLM metrics informer.
+	Metrics vllm.Options
+	Clock   clock.PassiveClock
+}
+
+func (c *Config) defaults() {
+	if c.PoolSelector == nil {
+		c.PoolSelector = labels.SelectorFromSet(labels.Set{api.LabelPool: api.PoolInference})
+	}
+	if c.BestEffortPriorityThreshold == nil {
+		t := api.DefaultBestEffortPriorityThreshold
+		c.BestEffortPriorityThreshold = &t
+	}
+	if c.GPUResource == "" {
+		c.GPUResource = api.GPUResource
+	}
+	if c.Metrics.Interval <= 0 {
+		c.Metrics.Interval = 5 * time.Second
+	}
+	if c.Metrics.GPUResource == "" {
+		c.Metrics.GPUResource = c.GPUResource
+	}
+	if c.SyncPeriod <= 0 {
+		c.SyncPeriod = c.Metrics.Interval
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Metrics.Clock == nil {
+		c.Metrics.Clock = c.Clock
+	}
+}
+
+// Controller plans and publishes harvest verdicts and reclaims lent GPUs.
+type Controller struct {
+	cfg       Config
+	client    kubernetes.Interface
+	factory   informers.SharedInformerFactory
+	nodes     corelisters.NodeLister
+	pods      corelisters.PodLister
+	synced    []cache.InformerSynced
+	load      *vllm.Informer
+	evictor   *reclaim.Evictor
+	broadcast record.EventBroadcaster
+}
+
+// New builds a controller. Nothing runs until Run.
+func New(client kubernetes.Interface, cfg Config) *Controller {
+	cfg.defaults()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes := factory.Core().V1().Nodes()
+	pods := factory.Core().V1().Pods()
+	broadcast := record.NewBroadcaster()
+	recorder := broadcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component})
+	return &Controller{
+		cfg:       cfg,
+		client:    client,
+		factory:   factory,
+		nodes:     nodes.Lister(),
+		pods:      pods.Lister(),
+		synced:    []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced},
+		load:      vllm.NewInformer(client, cfg.Metrics),
+		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder},
+		broadcast: broadcast,
+	}
+}
+
+// Run starts the informers and the metrics scraper, waits until every inference
+// pod has had one scrape interval to report, then plans every SyncPeriod until ctx
+// ends. Planning earlier would read every service as unknown and reclaim GPUs that
+// no one needs.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	c.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	defer c.broadcast.Shutdown()
+
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- c.load.Run(ctx) }()
+
+	if !cache.WaitForCacheSync(ctx.Done(), append(c.synced, c.load.HasSynced)...) {
+		return fmt.Errorf("%s: informers did not sync: %w", Component, ctx.Err())
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(c.cfg.Metrics.Interval + c.cfg.Metrics.Timeout):
+	}
+	logger.Info("Planning harvest", "syncPeriod", c.cfg.SyncPeriod)
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := c.Sync(ctx); err != nil {
+			logger.Error(err, "Harvest sync failed")
+		}
+	}, c.cfg.SyncPeriod)
+	return <-loadDone
+}
+
+// Sync runs one planning round: observe, plan, publish, reclaim.
+func (c *Controller) Sync(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	nodeList, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	podList, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	threshold := *c.cfg.BestEffortPriorityThreshold
+	now := c.cfg.Clock.Now()
+
+	byNode := map[string]*harvest.Node{}
+	var planned []harvest.Node
+	for _, n := range nodeList {
+		gpus := n.Status.Allocatable[c.cfg.GPUResource]
+		byNode[n.Name] = &harvest.Node{
+			Name:            n.Name,
+			InPool:          c.cfg.PoolSelector.Matches(labels.Set(n.Labels)),
+			Schedulable:     !n.Spec.Unschedulable && nodeReady(n),
+			AllocatableGPUs: gpus.Value(),
+		}
+	}
+	candidates := map[string][]reclaim.Candidate{}
+	for _, p := range podList {
+		n, ok := byNode[p.Spec.NodeName]
+		if !ok || !api.HoldsResources(p) {
+			continue
+		}
+		gpus := api.PodGPUs(p, c.cfg.GPUResource)
+		switch {
+		case api.IsBestEffort(p, threshold):
+			n.LentGPUs += gpus
+			candidates[n.Name] = append(candidates[n.Name], reclaim.NewCandidate(p, c.cfg.GPUResource, now))
+		default:
+			n.ReservedGPUs += gpus
+		}
+		if api.IsInference(p) {
+			n.HostsInference = true
+		}
+	}
+	for _, n := range byNode {
+		planned = append(planned, *n)
+	}
+	sort.Slice(planned, func(i, j int) bool { return planned[i].Name < planned[j].Name })
+
+	needs := c.assessServices()
+	var headroom []harvest.Headroom
+	for _, need := range needs {
+		if need.Spare > 0 {
+			logger.V(2).Info("Keeping headroom", "service", need.Service, "replicas", need.Spare, "gpusPerReplica", need.GPUsPerReplica, "reason", need.Reason)
+			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
+		}
+	}
+	plan := harvest.MakePlan(planned, headroom)
+	for _, u := range plan.Unplaced {
+		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
+	}
+
+	var errs []error
+	for _, n := range nodeList {
+		np := plan.Nodes[n.Name]
+		if err := c.publish(ctx, n, np.Verdict); err != nil {
+			errs = append(errs, err)
+		}
+		if np.ReclaimGPUs > 0 {
+			why := fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, byNode[n.Name].LentGPUs, np.HeadroomGPUs)
+			evicted, owed, evictErrs := c.evictor.ReclaimGPUs(ctx, candidates[n.Name], np.ReclaimGPUs, why)
+			for _, p := range evicted {
+				logger.Info("Reclaimed GPUs", "pod", klog.KObj(p), "node", n.Name, "why", why)
+			}
+			if owed > 0 {
+				logger.Info("Could not reclaim all GPUs owed", "node", n.Name, "owedGPUs", owed)
+			}
+			errs = append(errs, evictErrs...)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+// assessServices groups the informer's inference pods by service and asks the
+// demand model what each needs.
+func (c *Controller) assessServices() []demand.Need {
+	services := map[string]*demand.Service{}
+	for _, pl := range c.load.Snapshot() {
+		key := pl.Namespace + "/" + pl.Service
+		s, ok := services[key]
+		if !ok {
+			s = &demand.Service{Name: key, TargetLoad: c.cfg.TargetLoad}
+			services[key] = s
+		}
+		s.Replicas = append(s.Replicas, demand.Replica{
+			Known:    pl.Fresh,
+			Starting: !pl.Fresh && pl.ScrapedAt.IsZero() && pl.LastError == nil,
+			Running:  pl.Metrics.Running,
+			Waiting:  pl.Metrics.Waiting,
+			GPUs:     pl.GPUs,
+		})
+	}
+	keys := make([]string, 0, len(services))
+	for k := range services {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	needs := make([]demand.Need, 0, len(keys))
+	for _, k := range keys {
+		needs = append(needs, demand.Assess(*services[k]))
+	}
+	return needs
+}
+
+// publish writes a node's verdict only when it changed. A node Gleaner never
+// labelled and that stays closed is left alone.
+func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdict) error {
+	if _, labelled := node.Labels[api.LabelHarvest]; !labelled && v.State == api.HarvestClosed {
+		return nil
+	}
+	if v.PublishedOn(node) {
+		return nil
+	}
+	if _, err := c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, v.MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
+		return fmt.Errorf("publishing verdict on node %s: %w", node.Name, err)
+	}
+	klog.FromContext(ctx).Info("Published harvest verdict", "node", node.Name, "state", v.State, "harvestableGPUs", v.HarvestableGPUs)
+	return nil
+}
+
+func nodeReady(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
