@@ -1,0 +1,502 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/controller"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
+)
+
+const (
+	servingNS  = "serving"
+	researchNS = "research"
+
+	scrapeInterval = time.Second
+	graceSeconds   = 3
+)
+
+// harvestEnv is one running cluster with every Gleaner component.
+type harvestEnv struct {
+	// t is the (sub)test that helpers fail; root owns everything that outlives a subtest.
+	t, root *testing.T
+	cp      *controlPlane
+	client  kubernetes.Interface
+	kubelet *standInKubelet
+	ctx     context.Context
+	// controller stops the gleaner-controller without releasing its Lease.
+	controller *struct{ stop context.CancelFunc }
+}
+
+// in returns the environment with helpers failing t, for use inside a subtest.
+func (e *harvestEnv) in(t *testing.T) *harvestEnv {
+	c := *e
+	c.t = t
+	return &c
+}
+
+func (e *harvestEnv) stopController() { e.controller.stop() }
+
+// vllm starts a metrics server that lives as long as the whole test.
+func (e *harvestEnv) vllm(model string) *vllmServer { return startVLLMServer(e.root, model) }
+
+func startHarvestEnv(t *testing.T) *harvestEnv {
+	cp := startControlPlane(t)
+	// Registered after the control plane's clean-up, so it runs before it: the
+	// components stop while the apiserver is still up.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	env := &harvestEnv{t: t, root: t, cp: cp, client: cp.client, ctx: ctx, controller: &struct{ stop context.CancelFunc }{}}
+	for _, ns := range []string{api.SystemNamespace, servingNS, researchNS} {
+		createNamespace(t, cp.client, ns)
+	}
+	env.installPriorityClasses()
+	for _, name := range []string{"gpu-a", "gpu-b"} {
+		createGPUNode(t, cp.client, name, 8, map[string]string{api.LabelPool: api.PoolInference})
+	}
+	env.kubelet = startStandInKubelet(ctx, t, cp.client)
+	startDefaultScheduler(t, ctx, cp)
+	startGleanerScheduler(t, ctx, cp)
+	env.startController()
+	return env
+}
+
+// installPriorityClasses creates the PriorityClasses exactly as shipped in manifests/.
+func (e *harvestEnv) installPriorityClasses() {
+	f, err := os.Open(filepath.Join(repoRoot(e.t), "manifests", "priorityclasses.yaml"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	n := 0
+	for {
+		var pc schedulingv1.PriorityClass
+		if err := dec.Decode(&pc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			e.t.Fatalf("decoding priorityclasses.yaml: %v", err)
+		}
+		if _, err := e.client.SchedulingV1().PriorityClasses().Create(context.Background(), &pc, metav1.CreateOptions{}); err != nil {
+			e.t.Fatalf("creating PriorityClass %s: %v", pc.Name, err)
+		}
+		n++
+	}
+	if n != 2 {
+		e.t.Fatalf("manifests/priorityclasses.yaml holds %d PriorityClasses, want 2", n)
+	}
+}
+
+func (e *harvestEnv) startController() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.controller.stop = cancel
+	le := controller.DefaultLeaderElection()
+	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
+	c := controller.New(e.client, controller.Config{
+		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
+	})
+	go func() {
+		if err := controller.RunLeaderElected(ctx, e.client, le, c.Run); err != nil && ctx.Err() == nil {
+			e.root.Errorf("gleaner-controller stopped: %v", err)
+		}
+	}()
+}
+
+func gpus(n int64) v1.ResourceList {
+	return v1.ResourceList{api.GPUResource: *resource.NewQuantity(n, resource.DecimalSI)}
+}
+
+// inferencePod is a vLLM replica of service, its metrics served by srv.
+func inferencePod(name, service string, n int64, srv *vllmServer, schedulerName string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: servingNS,
+			Labels:      map[string]string{api.LabelRole: api.RoleInference, api.LabelService: service},
+			Annotations: map[string]string{api.AnnotationMetricsPort: srv.port()},
+		},
+		Spec: v1.PodSpec{
+			SchedulerName:     schedulerName,
+			PriorityClassName: api.PriorityClassInference,
+			Containers: []v1.Container{{
+				Name: "vllm", Image: "vllm/vllm-openai",
+				Resources: v1.ResourceRequirements{Requests: gpus(n), Limits: gpus(n)},
+			}},
+		},
+	}
+}
+
+// bestEffortPod is a training pod that asks gleaner-scheduler for n lent GPUs.
+func bestEffortPod(name string, n int64) *v1.Pod {
+	grace := int64(graceSeconds)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: researchNS},
+		Spec: v1.PodSpec{
+			SchedulerName:                 api.SchedulerName,
+			PriorityClassName:             api.PriorityClassBestEffort,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{{
+				Name: "train", Image: "example.com/train",
+				Resources: v1.ResourceRequirements{Requests: gpus(n), Limits: gpus(n)},
+			}},
+		},
+	}
+}
+
+func (e *harvestEnv) create(pod *v1.Pod) {
+	e.t.Helper()
+	if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("creating pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+}
+
+func (e *harvestEnv) pod(ns, name string) *v1.Pod {
+	e.t.Helper()
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("getting pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// waitBound waits until the pod is bound and returns its node.
+func (e *harvestEnv) waitBound(ns, name string, timeout time.Duration) string {
+	e.t.Helper()
+	var node string
+	eventually(e.t, timeout, "pod "+ns+"/"+name+" to be bound", func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		node = p.Spec.NodeName
+		return node != "", nil
+	})
+	return node
+}
+
+// waitGone waits until the pod no longer exists.
+func (e *harvestEnv) waitGone(ns, name string, timeout time.Duration) {
+	e.t.Helper()
+	eventually(e.t, timeout, "pod "+ns+"/"+name+" to be gone", func(ctx context.Context) (bool, error) {
+		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// deleteNow removes a pod without a grace period (test clean-up between steps).
+func (e *harvestEnv) deleteNow(ns, name string) {
+	e.t.Helper()
+	zero := int64(0)
+	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatalf("deleting %s/%s: %v", ns, name, err)
+	}
+	e.waitGone(ns, name, 10*time.Second)
+}
+
+func (e *harvestEnv) verdict(node string) harvest.Verdict {
+	e.t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	v, err := harvest.ReadNode(n)
+	if err != nil {
+		e.t.Fatalf("node %s carries an unreadable verdict: %v", node, err)
+	}
+	return v
+}
+
+// waitVerdict waits until the node carries the given verdict.
+func (e *harvestEnv) waitVerdict(node string, want harvest.Verdict, timeout time.Duration) {
+	e.t.Helper()
+	eventually(e.t, timeout, "node "+node+" to be "+string(want.State)+" with "+itoa(want.HarvestableGPUs)+" harvestable GPUs", func(ctx context.Context) (bool, error) {
+		n, err := e.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got, err := harvest.ReadNode(n)
+		return err == nil && got == want, nil
+	})
+}
+
+// events lists the Events about a pod.
+func (e *harvestEnv) events(ns, name string) []v1.Event {
+	e.t.Helper()
+	list, err := e.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitEvent waits for an Event about the pod with the reason and a message containing substr.
+func (e *harvestEnv) waitEvent(ns, name, reason, substr string, timeout time.Duration) v1.Event {
+	e.t.Helper()
+	var found v1.Event
+	eventually(e.t, timeout, "a "+reason+" event on "+ns+"/"+name, func(context.Context) (bool, error) {
+		for _, ev := range e.events(ns, name) {
+			if ev.Reason == reason && strings.Contains(ev.Message, substr) {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+// assertStaysPending checks for the whole period that the pod is not bound.
+func (e *harvestEnv) assertStaysPending(ns, name string, period time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(period)
+	for time.Now().Before(deadline) {
+		if node := e.pod(ns, name).Spec.NodeName; node != "" {
+			e.t.Fatalf("pod %s/%s was bound to %s; want it pending", ns, name, node)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func itoa(n int64) string { return resource.NewQuantity(n, resource.DecimalSI).String() }
+
+func open(n int64) harvest.Verdict {
+	return harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: n}
+}
+
+// TestHarvestLendsIdleGPUsAndGivesThemBack drives the first end-to-end slice:
+// best-effort pods run only on GPUs the planner opened, lent GPUs come back when
+// a vLLM service's waiting requests rise, a stale or unreachable endpoint keeps
+// its service's GPUs closed, inference always wins, and a stale controller
+// heartbeat stops all lending.
+func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
+	env := startHarvestEnv(t)
+
+	// One 4-GPU replica of service "chat" on gpu-a, scheduled by the default scheduler.
+	chat0 := env.vllm("llama-chat")
+	pod := inferencePod("chat-0", "chat", 4, chat0, v1.DefaultSchedulerName)
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	env.create(pod)
+	env.waitBound(servingNS, "chat-0", 30*time.Second)
+
+	// Idle fleet: everything not used by inference is lent.
+	env.waitVerdict("gpu-a", open(4), 30*time.Second)
+	env.waitVerdict("gpu-b", open(8), 10*time.Second)
+
+	t.Run("unknown endpoint keeps its service's GPUs", func(t *testing.T) {
+		env := env.in(t)
+		for _, mode := range []struct {
+			name string
+			mode vllmMode
+		}{{"unreachable", vllmUnreachable}, {"timing out", vllmHanging}} {
+			chat0.set(mode.mode, 0, 0, 0)
+			// One more 4-GPU replica of chat must fit: gpu-a, which already hosts chat, keeps it.
+			env.waitVerdict("gpu-a", harvest.Verdict{State: api.HarvestClosed}, 15*time.Second)
+			if got := env.verdict("gpu-b"); got != open(8) {
+				t.Fatalf("%s endpoint: gpu-b verdict %+v, want open with 8", mode.name, got)
+			}
+			chat0.set(vllmServing, 0, 0, 0)
+			env.waitVerdict("gpu-a", open(4), 15*time.Second)
+		}
+	})
+
+	t.Run("best-effort pods land only on open nodes, packed", func(t *testing.T) {
+		env := env.in(t)
+		chat0.set(vllmUnreachable, 0, 0, 0)
+		env.waitVerdict("gpu-a", harvest.Verdict{State: api.HarvestClosed}, 15*time.Second)
+		env.create(bestEffortPod("be-1", 4))
+		if node := env.waitBound(researchNS, "be-1", 20*time.Second); node != "gpu-b" {
+			t.Fatalf("be-1 bound to %s while gpu-a was closed; want gpu-b", node)
+		}
+		chat0.set(vllmServing, 0, 0, 0)
+		env.waitVerdict("gpu-a", open(4), 15*time.Second)
+
+		// gpu-b already hosts lent GPUs: a 2-GPU pod packs there, not onto idle gpu-a.
+		env.create(bestEffortPod("be-2", 2))
+		if node := env.waitBound(researchNS, "be-2", 20*time.Second); node != "gpu-b" {
+			t.Fatalf("be-2 bound to %s; want gpu-b, where GPUs are already lent", node)
+		}
+		// gpu-b has 2 harvestable GPUs left, so a 4-GPU pod goes to gpu-a.
+		env.create(bestEffortPod("be-3", 4))
+		if node := env.waitBound(researchNS, "be-3", 20*time.Second); node != "gpu-a" {
+			t.Fatalf("be-3 bound to %s; want gpu-a", node)
+		}
+	})
+
+	t.Run("best-effort pods never displace inference", func(t *testing.T) {
+		env := env.in(t)
+		// No node has 6 GPUs free, and best-effort pods never preempt.
+		env.create(bestEffortPod("be-big", 6))
+		env.waitEvent(researchNS, "be-big", "FailedScheduling", reclaimpreemption.ErrReasonBestEffort, 20*time.Second)
+		env.assertStaysPending(researchNS, "be-big", 3*time.Second)
+		if p := env.pod(servingNS, "chat-0"); p.DeletionTimestamp != nil || p.Spec.NodeName != "gpu-a" {
+			t.Fatalf("inference pod chat-0 was disturbed: node %q, deleting %v", p.Spec.NodeName, p.DeletionTimestamp)
+		}
+		env.deleteNow(researchNS, "be-big")
+	})
+
+	t.Run("waiting requests reclaim lent GPUs for inference", func(t *testing.T) {
+		env := env.in(t)
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		// The planner keeps one more chat replica on gpu-a, where be-3 holds 4 lent GPUs.
+		env.waitVerdict("gpu-a", harvest.Verdict{State: api.HarvestDraining}, 10*time.Second)
+		env.waitEvent(researchNS, "be-3", reclaim.ReasonReclaimed, "must return 4 GPUs", 10*time.Second)
+		if grace, deleted := env.kubelet.deletionGrace(researchNS, "be-3"); !deleted || grace != graceSeconds {
+			t.Fatalf("be-3 deleted=%v with grace %ds; want an eviction with its %ds grace period", deleted, grace, graceSeconds)
+		}
+		// The replica the autoscaler would add.
+		chat1 := env.vllm("llama-chat")
+		chat1.set(vllmServing, 0, 0, 0)
+		chat1Pod := inferencePod("chat-1", "chat", 4, chat1, v1.DefaultSchedulerName)
+		chat1Pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(chat1Pod)
+		node := env.waitBound(servingNS, "chat-1", 30*time.Second)
+		took := time.Since(start)
+		budget := scrapeInterval + graceSeconds*time.Second + 5*time.Second
+		t.Logf("chat-1 bound to %s %v after waiting requests rose (budget %v)", node, took.Round(time.Millisecond), budget)
+		if node != "gpu-a" {
+			t.Fatalf("chat-1 bound to %s; want gpu-a", node)
+		}
+		if took > budget {
+			t.Fatalf("inference waited %v for lent GPUs; budget is scrape interval + grace period + 5s = %v", took, budget)
+		}
+		chat0.set(vllmServing, 4, 0, 0.3)
+	})
+
+	t.Run("default-scheduled inference reclaims by priority alone", func(t *testing.T) {
+		env := env.in(t)
+		// Load is low, so the controller reclaims nothing; fill gpu-b with lent pods.
+		fillLent(env, "gpu-b", "fill-b")
+		before := env.kubelet.deleted()
+		summarize := env.vllm("qwen-summarize")
+		env.create(inferencePod("summarize-0", "summarize", 4, summarize, v1.DefaultSchedulerName))
+		if node := env.waitBound(servingNS, "summarize-0", 30*time.Second); node != "gpu-b" {
+			t.Fatalf("summarize-0 bound to %s; want gpu-b", node)
+		}
+		evictedWithGrace(t, env, before)
+	})
+
+	t.Run("gleaner-scheduler inference reclaims least lost work first", func(t *testing.T) {
+		env := env.in(t)
+		env.deleteNow(servingNS, "summarize-0")
+		for _, p := range listPods(t, env, researchNS) {
+			env.deleteNow(researchNS, p.Name)
+		}
+		env.waitVerdict("gpu-b", open(8), 15*time.Second)
+		// Two 4-GPU jobs on gpu-b. old-ckpt runs without a checkpoint; new-ckpt
+		// checkpoints after a few seconds, so it has the least work to lose.
+		env.create(bestEffortPod("old-ckpt", 4))
+		env.waitBound(researchNS, "old-ckpt", 20*time.Second)
+		env.create(bestEffortPod("new-ckpt", 4))
+		env.waitBound(researchNS, "new-ckpt", 20*time.Second)
+		time.Sleep(3 * time.Second)
+		patch := []byte(`{"metadata":{"annotations":{"` + api.AnnotationLastCheckpoint + `":"` + time.Now().UTC().Format(time.RFC3339) + `"}}}`)
+		if _, err := env.client.CoreV1().Pods(researchNS).Patch(context.Background(), "new-ckpt", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		summarize := env.vllm("qwen-summarize")
+		env.create(inferencePod("summarize-1", "summarize", 4, summarize, api.SchedulerName))
+		if node := env.waitBound(servingNS, "summarize-1", 30*time.Second); node != "gpu-b" {
+			t.Fatalf("summarize-1 bound to %s; want gpu-b", node)
+		}
+		if _, deleted := env.kubelet.deletionGrace(researchNS, "new-ckpt"); !deleted {
+			t.Fatalf("new-ckpt (least lost work) was not preempted")
+		}
+		if _, deleted := env.kubelet.deletionGrace(researchNS, "old-ckpt"); deleted {
+			t.Fatalf("old-ckpt (an hour of lost work) was preempted; new-ckpt should have gone instead")
+		}
+	})
+
+	t.Run("stale controller heartbeat stops all lending", func(t *testing.T) {
+		env := env.in(t)
+		for _, p := range listPods(t, env, researchNS) {
+			env.deleteNow(researchNS, p.Name)
+		}
+		env.waitVerdict("gpu-b", open(4), 15*time.Second)
+		env.stopController()
+		// The Lease lasts 3s; after that nothing may be placed, whatever the nodes say.
+		time.Sleep(4 * time.Second)
+		env.create(bestEffortPod("be-late", 1))
+		env.waitEvent(researchNS, "be-late", "FailedScheduling", "heartbeat is stale", 10*time.Second)
+		env.assertStaysPending(researchNS, "be-late", 3*time.Second)
+		// A new controller renews the Lease; the pending pod is retried without waiting for a timer.
+		env.startController()
+		if node := env.waitBound(researchNS, "be-late", 30*time.Second); node == "" {
+			t.Fatal("be-late never bound after the heartbeat returned")
+		}
+	})
+}
+
+// fillLent creates best-effort pods until every harvestable GPU of node is lent.
+func fillLent(env *harvestEnv, node, prefix string) {
+	env.t.Helper()
+	for i := 0; ; i++ {
+		v := env.verdict(node)
+		var lent int64
+		for _, p := range listPods(env.t, env, researchNS) {
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+				lent += api.PodGPUs(&p, api.GPUResource)
+			}
+		}
+		free := v.HarvestableGPUs - lent
+		if v.State != api.HarvestOpen || free <= 0 {
+			return
+		}
+		pod := bestEffortPod(prefix+"-"+itoa(int64(i)), free)
+		pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		env.create(pod)
+		env.waitBound(researchNS, pod.Name, 20*time.Second)
+	}
+}
+
+func listPods(t *testing.T, env *harvestEnv, ns string) []v1.Pod {
+	t.Helper()
+	list, err := env.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// evictedWithGrace asserts that since before at least one best-effort pod was
+// deleted, each with its full grace period, and no inference pod was.
+func evictedWithGrace(t *testing.T, env *harvestEnv, before map[string]int64) {
+	t.Helper()
+	victims := 0
+	for key, grace := range env.kubelet.deleted() {
+		if _, seen := before[key]; seen {
+			continue
+		}
+		if strings.HasPrefix(key, servingNS+"/") {
+			t.Fatalf("inference pod %s was deleted", key)
+		}
+		victims++
+		if grace != graceSeconds {
+			t.Fatalf("%s deleted with grace %ds; want %ds", key, grace, graceSeconds)
+		}
+	}
+	if victims == 0 {
+		t.Fatal("no best-effort pod was preempted, yet the inference pod was bound")
+	}
+}

@@ -1,0 +1,146 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// standInKubelet does the little of a kubelet's work that Gleaner depends on:
+// it marks bound pods Running and Ready with a pod IP of 127.0.0.1 (so the
+// metrics informer reaches the test's vLLM servers on the pods' metrics ports),
+// and finishes a graceful deletion once the pod's grace period has passed.
+type standInKubelet struct {
+	t      *testing.T
+	client kubernetes.Interface
+	mu     sync.Mutex
+	// graceSeen records the deletion grace period each pod was deleted with.
+	graceSeen map[string]int64
+	pending   map[string]bool
+}
+
+func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
+	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pods := factory.Core().V1().Pods().Informer()
+	handle := func(obj interface{}) {
+		if p, ok := obj.(*v1.Pod); ok {
+			k.reconcile(ctx, p)
+		}
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj interface{}) { handle(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return k
+}
+
+func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
+	key := pod.Namespace + "/" + pod.Name
+	switch {
+	case pod.DeletionTimestamp != nil:
+		k.mu.Lock()
+		if k.pending[key] {
+			k.mu.Unlock()
+			return
+		}
+		k.pending[key] = true
+		var grace int64
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = *pod.DeletionGracePeriodSeconds
+		}
+		k.graceSeen[key] = grace
+		k.mu.Unlock()
+		// Play a container that checkpoints for the whole grace period, then exits.
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(grace) * time.Second):
+			}
+			zero := int64(0)
+			_ = k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		}()
+	case pod.Spec.NodeName != "" && (pod.Status.Phase == "" || pod.Status.Phase == v1.PodPending):
+		now := metav1.Now()
+		p := pod.DeepCopy()
+		p.Status.Phase = v1.PodRunning
+		p.Status.PodIP = "127.0.0.1"
+		p.Status.PodIPs = []v1.PodIP{{IP: "127.0.0.1"}}
+		p.Status.StartTime = &now
+		p.Status.Conditions = []v1.PodCondition{
+			{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+		}
+		if _, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+			k.t.Logf("stand-in kubelet: starting %s: %v (will retry on next update)", key, err)
+		}
+	}
+}
+
+// deletionGrace returns the grace period a pod was deleted with, and whether it was deleted.
+func (k *standInKubelet) deletionGrace(namespace, name string) (int64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	g, ok := k.graceSeen[namespace+"/"+name]
+	return g, ok
+}
+
+// deleted returns a copy of every pod deleted so far, with its grace period.
+func (k *standInKubelet) deleted() map[string]int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int64, len(k.graceSeen))
+	for key, g := range k.graceSeen {
+		out[key] = g
+	}
+	return out
+}
+
+// createGPUNode creates a Ready node with gpus allocatable GPUs, as a kubelet would register it.
+func createGPUNode(t *testing.T, client kubernetes.Interface, name string, gpus int64, nodeLabels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	lbls := map[string]string{"kubernetes.io/hostname": name}
+	for k, v := range nodeLabels {
+		lbls[k] = v
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating node %s: %v", name, err)
+	}
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("64"),
+		v1.ResourceMemory: resource.MustParse("512Gi"),
+		v1.ResourcePods:   resource.MustParse("110"),
+		api.GPUResource:   *resource.NewQuantity(gpus, resource.DecimalSI),
+	}
+	created.Status = v1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Phase:       v1.NodeRunning,
+		Conditions: []v1.NodeCondition{{
+			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}},
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("setting status of node %s: %v", name, err)
+	}
+}
