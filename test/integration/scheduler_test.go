@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -55,11 +57,20 @@ func startDefaultScheduler(t *testing.T, ctx context.Context, cp *controlPlane) 
 
 func setupScheduler(t *testing.T, ctx context.Context, cp *controlPlane, config []byte, registry ...app.Option) (*schedulerconfig.CompletedConfig, *scheduler.Scheduler) {
 	t.Helper()
+	cc, sched, err := trySetupScheduler(t, ctx, cp.kubeconfig, config, registry...)
+	if err != nil {
+		t.Fatalf("setting up scheduler: %v", err)
+	}
+	return cc, sched
+}
+
+func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, config []byte, registry ...app.Option) (*schedulerconfig.CompletedConfig, *scheduler.Scheduler, error) {
+	t.Helper()
 	var doc map[string]any
 	if err := yaml.Unmarshal(config, &doc); err != nil {
 		t.Fatalf("parsing scheduler config: %v", err)
 	}
-	doc["clientConnection"] = map[string]any{"kubeconfig": cp.kubeconfig, "qps": 200, "burst": 400}
+	doc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
 	doc["leaderElection"] = map[string]any{"leaderElect": false}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
@@ -72,9 +83,37 @@ func setupScheduler(t *testing.T, ctx context.Context, cp *controlPlane, config 
 	opts := options.NewOptions()
 	opts.ConfigFile = path
 	opts.SecureServing.BindPort = 0 // no serving endpoint in tests: nothing scrapes it
-	cc, sched, err := app.Setup(ctx, opts, registry...)
+	return app.Setup(ctx, opts, registry...)
+}
+
+// TestGleanerSchedulerRejectsBadPluginArgs: a bad profile stops gleaner-scheduler
+// at start with a message naming the field, before it talks to any API server.
+func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "scheduler", "config.yaml"))
 	if err != nil {
-		t.Fatalf("setting up scheduler from %s: %v", path, err)
+		t.Fatal(err)
 	}
-	return cc, sched
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	// Nothing listens here: Setup must fail on the config alone.
+	writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}, kubeconfig)
+	tests := []struct{ from, to, wantErr string }{
+		{"gpuResourceName: nvidia.com/gpu\n      controllerLease:", "gpuResourceName: cpu\n      controllerLease:", "pluginConfig[GPUHarvest].args.gpuResourceName"},
+		{"name: gleaner-controller", "name: Not_A_Lease", "pluginConfig[GPUHarvest].args.controllerLease.name"},
+		{"bestEffortPriorityThreshold: 0", "bestEffortPriorityThreshold: low", "decoding GPUHarvest args"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.wantErr, func(t *testing.T) {
+			bad := strings.Replace(string(raw), tt.from, tt.to, 1)
+			if bad == string(raw) {
+				t.Fatalf("test edit %q did not apply to the shipped config", tt.from)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, _, err := trySetupScheduler(t, ctx, kubeconfig, []byte(bad), gleanerscheduler.Plugins()...)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Setup error = %v, want one naming %s", err, tt.wantErr)
+			}
+			t.Logf("gleaner-scheduler refuses to start: %v", err)
+		})
+	}
 }

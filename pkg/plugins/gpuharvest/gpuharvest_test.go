@@ -1,0 +1,348 @@
+package gpuharvest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+)
+
+var now = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+func lease(renewedAgo time.Duration, durationSeconds int32) *coordinationv1.Lease {
+	renew := metav1.NewMicroTime(now.Add(-renewedAgo))
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.ControllerLeaseName},
+		Spec:       coordinationv1.LeaseSpec{RenewTime: &renew, LeaseDurationSeconds: &durationSeconds},
+	}
+}
+
+// newPlugin builds the plugin around a lease lister fed from an indexer: the
+// real lister code, without an API server.
+func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if l != nil {
+		if err := idx.Add(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var args Args
+	args.Default()
+	return &GPUHarvest{
+		args:      args,
+		gpu:       api.GPUResource,
+		threshold: 0,
+		clock:     clocktesting.NewFakePassiveClock(now),
+		heartbeat: &heartbeat{ref: args.ControllerLease, lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }},
+	}
+}
+
+func pod(name string, priority int32, gpus int64) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "research", UID: k8stypes.UID("uid-" + name)},
+		Spec: v1.PodSpec{
+			Priority: &priority,
+			Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+				api.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI),
+			}}}},
+		},
+	}
+	return p
+}
+
+func bestEffort(name string, gpus int64) *v1.Pod { return pod(name, -1000, gpus) }
+func inference(name string, gpus int64) *v1.Pod  { return pod(name, 1000000, gpus) }
+
+func node(name string, state string, harvestable string) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	if state != "" {
+		n.Labels[api.LabelHarvest] = state
+	}
+	if harvestable != "" {
+		n.Annotations[api.AnnotationHarvestableGPUs] = harvestable
+	}
+	return n
+}
+
+func nodeInfo(n *v1.Node, pods ...*v1.Pod) fwk.NodeInfo {
+	for _, p := range pods {
+		p.Spec.NodeName = n.Name
+	}
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(n)
+	return ni
+}
+
+func TestLeaseFresh(t *testing.T) {
+	tests := []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		wantErr string
+	}{
+		{"renewed within its duration", lease(5*time.Second, 15), ""},
+		{"renewed exactly at the limit", lease(15*time.Second, 15), ""},
+		{"expired", lease(16*time.Second, 15), "last renewed 16s ago"},
+		{"missing", nil, "lease not found"},
+		{"never renewed", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, "no renewTime"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := LeaseFresh(tt.lease, now)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("LeaseFresh = %v, want fresh", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("LeaseFresh = %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestPreFilter(t *testing.T) {
+	tests := []struct {
+		name     string
+		lease    *coordinationv1.Lease
+		pod      *v1.Pod
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{"inference pod is skipped", lease(time.Second, 15), inference("vllm", 4), fwk.Skip, ""},
+		{"inference pod is skipped even with a stale heartbeat", lease(time.Hour, 15), inference("vllm", 4), fwk.Skip, ""},
+		{"pod without priority is not best-effort", lease(time.Second, 15), func() *v1.Pod { p := bestEffort("p", 1); p.Spec.Priority = nil; return p }(), fwk.Skip, ""},
+		{"best-effort pod with a fresh heartbeat", lease(time.Second, 15), bestEffort("train", 4), fwk.Success, ""},
+		{"best-effort pod with a stale heartbeat", lease(time.Minute, 15), bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale},
+		{"best-effort pod without a controller lease", nil, bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, "lease"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pl := newPlugin(t, tt.lease)
+			state := framework.NewCycleState()
+			_, st := pl.PreFilter(context.Background(), state, tt.pod, nil)
+			if st.Code() != tt.wantCode {
+				t.Fatalf("PreFilter code = %v (%s), want %v", st.Code(), st.Message(), tt.wantCode)
+			}
+			if !strings.Contains(st.Message(), tt.wantMsg) {
+				t.Fatalf("PreFilter message %q, want it to contain %q", st.Message(), tt.wantMsg)
+			}
+			if tt.wantCode == fwk.Success {
+				if got := pl.podGPUs(state, &v1.Pod{}); got != 4 {
+					t.Fatalf("cycle state holds %d GPUs, want the pod's 4", got)
+				}
+			}
+		})
+	}
+}
+
+func TestFilter(t *testing.T) {
+	tests := []struct {
+		name     string
+		node     *v1.Node
+		onNode   []*v1.Pod
+		pod      *v1.Pod
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{"open node with room", node("n", "open", "8"), nil, bestEffort("p", 4), fwk.Success, ""},
+		{"exactly the harvestable GPUs", node("n", "open", "4"), nil, bestEffort("p", 4), fwk.Success, ""},
+		{"lent GPUs count against harvestable", node("n", "open", "8"), []*v1.Pod{bestEffort("lent", 6)}, bestEffort("p", 4), fwk.Unschedulable, ErrReasonNotEnoughGPUs},
+		{"inference pods are not lent GPUs", node("n", "open", "4"), []*v1.Pod{inference("vllm", 4)}, bestEffort("p", 4), fwk.Success, ""},
+		{"draining node", node("n", "draining", "0"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
+		{"closed node", node("n", "closed", "0"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
+		{"node without a verdict", node("n", "", ""), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
+		{"half-written verdict: no annotation", node("n", "open", ""), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict},
+		{"malformed annotation", node("n", "open", "eight"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict},
+		{"unknown state", node("n", "ajar", "8"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict},
+		{"pod without GPUs still needs an open node", node("n", "closed", "0"), nil, bestEffort("cpu-only", 0), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pl := newPlugin(t, lease(time.Second, 15))
+			state := framework.NewCycleState()
+			if _, st := pl.PreFilter(context.Background(), state, tt.pod, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			st := pl.Filter(context.Background(), state, tt.pod, nodeInfo(tt.node, tt.onNode...))
+			if st.Code() != tt.wantCode || !strings.Contains(st.Message(), tt.wantMsg) {
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), tt.wantCode, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestScorePacksLentGPUs(t *testing.T) {
+	pl := newPlugin(t, lease(time.Second, 15))
+	p := bestEffort("p", 2)
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	tests := []struct {
+		name string
+		ni   fwk.NodeInfo
+		want int64
+	}{
+		{"half lent already", nodeInfo(node("a", "open", "8"), bestEffort("lent", 4)), 75},
+		{"nothing lent", nodeInfo(node("b", "open", "8")), 25},
+		{"small hole filled exactly", nodeInfo(node("c", "open", "2")), 100},
+		{"inference pods do not count", nodeInfo(node("d", "open", "8"), inference("vllm", 4)), 25},
+		{"unreadable verdict scores zero", nodeInfo(node("e", "open", "x")), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, st := pl.Score(context.Background(), state, p, tt.ni)
+			if !st.IsSuccess() || got != tt.want {
+				t.Fatalf("Score = %d (%v), want %d", got, st, tt.want)
+			}
+		})
+	}
+	if st := pl.PreScore(context.Background(), state, inference("vllm", 4), nil); st.Code() != fwk.Skip {
+		t.Fatalf("PreScore of an inference pod = %v, want Skip", st)
+	}
+}
+
+func TestSignPodSeparatesWhatFilterReads(t *testing.T) {
+	pl := newPlugin(t, nil)
+	sign := func(p *v1.Pod) string {
+		frags, st := pl.SignPod(context.Background(), p)
+		if !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		var b strings.Builder
+		for _, f := range frags {
+			b.WriteString(f.Key + "=" + strconv.FormatInt(toInt64(f.Value), 10) + ";")
+		}
+		return b.String()
+	}
+	if sign(bestEffort("a", 4)) != sign(bestEffort("b", 4)) {
+		t.Error("two best-effort pods with the same request got different signatures")
+	}
+	if sign(bestEffort("a", 4)) == sign(bestEffort("a", 2)) {
+		t.Error("different GPU requests got one signature")
+	}
+	if sign(bestEffort("a", 4)) == sign(inference("a", 4)) {
+		t.Error("best-effort and inference pods got one signature")
+	}
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int32:
+		return int64(x)
+	case int64:
+		return x
+	}
+	return -1
+}
+
+func TestQueueingHints(t *testing.T) {
+	pl := newPlugin(t, lease(time.Second, 15))
+	logger := klog.Background()
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		old, new *v1.Node
+		want     fwk.QueueingHint
+	}{
+		{"node opens with enough GPUs", bestEffort("p", 4), node("n", "closed", "0"), node("n", "open", "4"), fwk.Queue},
+		{"node gains harvestable GPUs", bestEffort("p", 4), node("n", "open", "2"), node("n", "open", "6"), fwk.Queue},
+		{"new open node", bestEffort("p", 4), nil, node("n", "open", "8"), fwk.Queue},
+		{"node opens but too small", bestEffort("p", 4), node("n", "closed", "0"), node("n", "open", "2"), fwk.QueueSkip},
+		{"node shrinks", bestEffort("p", 1), node("n", "open", "8"), node("n", "open", "4"), fwk.QueueSkip},
+		{"node starts draining", bestEffort("p", 1), node("n", "open", "8"), node("n", "draining", "0"), fwk.QueueSkip},
+		{"inference pods are not this plugin's", inference("v", 1), node("n", "closed", "0"), node("n", "open", "8"), fwk.QueueSkip},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var old interface{}
+			if tt.old != nil {
+				old = tt.old
+			}
+			got, err := pl.isSchedulableAfterNodeChange(logger, tt.pod, old, tt.new)
+			if err != nil || got != tt.want {
+				t.Fatalf("hint = %v (%v), want %v", got, err, tt.want)
+			}
+		})
+	}
+	podTests := []struct {
+		name string
+		gone *v1.Pod
+		want fwk.QueueingHint
+	}{
+		{"lent pod leaves", bestEffort("lent", 4), fwk.Queue},
+		{"best-effort pod without GPUs leaves", bestEffort("cpu", 0), fwk.QueueSkip},
+		{"inference pod leaves", inference("vllm", 4), fwk.QueueSkip},
+	}
+	for _, tt := range podTests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := pl.isSchedulableAfterPodDeletion(logger, bestEffort("p", 4), tt.gone, nil)
+			if err != nil || got != tt.want {
+				t.Fatalf("hint = %v (%v), want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		raw     string
+		wantErr string
+		check   func(t *testing.T, a Args)
+	}{
+		{name: "defaults", raw: "", check: func(t *testing.T, a Args) {
+			if a.Threshold() != 0 || a.Resource() != api.GPUResource || a.ControllerLease != (LeaseRef{api.SystemNamespace, api.ControllerLeaseName}) {
+				t.Fatalf("defaults = %+v", a)
+			}
+		}},
+		{name: "explicit values", raw: `{"bestEffortPriorityThreshold":-10,"gpuResourceName":"amd.com/gpu","controllerLease":{"namespace":"ops","name":"harvester"}}`, check: func(t *testing.T, a Args) {
+			if a.Threshold() != -10 || a.Resource() != "amd.com/gpu" || a.ControllerLease.Name != "harvester" || a.ControllerLease.Namespace != "ops" {
+				t.Fatalf("args = %+v", a)
+			}
+		}},
+		{name: "cpu is not a GPU", raw: `{"gpuResourceName":"cpu"}`, wantErr: "pluginConfig[GPUHarvest].args.gpuResourceName"},
+		{name: "invalid resource name", raw: `{"gpuResourceName":"nvidia.com/gpu/x"}`, wantErr: "gpuResourceName"},
+		{name: "invalid lease namespace", raw: `{"controllerLease":{"namespace":"Not_A_Namespace"}}`, wantErr: "controllerLease.namespace"},
+		{name: "unknown field type", raw: `{"bestEffortPriorityThreshold":"low"}`, wantErr: "decoding GPUHarvest args"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var obj runtime.Object
+			if tt.raw != "" {
+				obj = &runtime.Unknown{Raw: []byte(tt.raw), ContentType: runtime.ContentTypeJSON}
+			}
+			var a Args
+			err := pluginargs.Decode(Name, obj, &a)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, a)
+		})
+	}
+}
