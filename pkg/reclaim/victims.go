@@ -25,16 +25,16 @@ type Candidate struct {
 // RFC 3339) or, without a readable one, since it started. A pod that has not
 // started loses nothing.
 func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
-	var since time.Time
-	if pod.Status.StartTime != nil {
-		since = pod.Status.StartTime.Time
+	if pod.Status.StartTime == nil {
+		return 0
 	}
+	since := pod.Status.StartTime.Time
 	if raw, ok := pod.Annotations[api.AnnotationLastCheckpoint]; ok {
 		if t, err := time.Parse(time.RFC3339, raw); err == nil && t.After(since) && !t.After(now) {
 			since = t
 		}
 	}
-	if since.IsZero() || !now.After(since) {
+	if !now.After(since) {
 		return 0
 	}
 	return float64(max(gpus, 1)) * now.Sub(since).Seconds()

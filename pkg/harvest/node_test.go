@@ -1,0 +1,221 @@
+package harvest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+func nodeWith(labels, annotations map[string]string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels, Annotations: annotations}}
+}
+
+func TestReadNode(t *testing.T) {
+	label := func(v string) map[string]string { return map[string]string{api.LabelHarvest: v} }
+	gpus := func(v string) map[string]string { return map[string]string{api.AnnotationHarvestableGPUs: v} }
+
+	tests := []struct {
+		name    string
+		node    *v1.Node
+		want    Verdict
+		wantErr bool
+	}{
+		{
+			name: "no labels at all is closed",
+			node: nodeWith(nil, nil),
+			want: Closed,
+		},
+		{
+			name: "missing label is closed even with an annotation",
+			node: nodeWith(map[string]string{"other": "x"}, gpus("4")),
+			want: Closed,
+		},
+		{
+			name: "open",
+			node: nodeWith(label("open"), gpus("4")),
+			want: Verdict{State: api.HarvestOpen, HarvestableGPUs: 4},
+		},
+		{
+			name: "open with zero",
+			node: nodeWith(label("open"), gpus("0")),
+			want: Verdict{State: api.HarvestOpen, HarvestableGPUs: 0},
+		},
+		{
+			name: "draining",
+			node: nodeWith(label("draining"), gpus("2")),
+			want: Verdict{State: api.HarvestDraining, HarvestableGPUs: 2},
+		},
+		{
+			name: "closed with annotation",
+			node: nodeWith(label("closed"), gpus("0")),
+			want: Verdict{State: api.HarvestClosed, HarvestableGPUs: 0},
+		},
+		{
+			name: "closed without annotation is fine",
+			node: nodeWith(label("closed"), nil),
+			want: Closed,
+		},
+		{
+			name:    "unknown state value",
+			node:    nodeWith(label("Open"), gpus("4")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "empty state value",
+			node:    nodeWith(label(""), gpus("4")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "open without annotation is half-written",
+			node:    nodeWith(label("open"), nil),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "draining without annotation is half-written",
+			node:    nodeWith(label("draining"), map[string]string{"other": "1"}),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "open with non-numeric annotation",
+			node:    nodeWith(label("open"), gpus("four")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "open with empty annotation",
+			node:    nodeWith(label("open"), gpus("")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "open with fractional annotation",
+			node:    nodeWith(label("open"), gpus("1.5")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "open with negative annotation",
+			node:    nodeWith(label("open"), gpus("-1")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "draining with malformed annotation",
+			node:    nodeWith(label("draining"), gpus("2 ")),
+			want:    Closed,
+			wantErr: true,
+		},
+		{
+			name:    "closed with malformed annotation",
+			node:    nodeWith(label("closed"), gpus("x")),
+			want:    Closed,
+			wantErr: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReadNode(tt.node)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ReadNode() error = %v, wantErr %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("ReadNode() = %+v, want %+v", got, tt.want)
+			}
+			// Callers treat an error as closed; the returned verdict must say so too.
+			if err != nil && got.State != api.HarvestClosed {
+				t.Errorf("ReadNode() returned state %q with error %v", got.State, err)
+			}
+		})
+	}
+}
+
+func TestPublishedOn(t *testing.T) {
+	v := Verdict{State: api.HarvestOpen, HarvestableGPUs: 3}
+	tests := []struct {
+		name string
+		node *v1.Node
+		want bool
+	}{
+		{"exact", nodeWith(map[string]string{api.LabelHarvest: "open", "x": "y"}, map[string]string{api.AnnotationHarvestableGPUs: "3", "a": "b"}), true},
+		{"other state", nodeWith(map[string]string{api.LabelHarvest: "draining"}, map[string]string{api.AnnotationHarvestableGPUs: "3"}), false},
+		{"other count", nodeWith(map[string]string{api.LabelHarvest: "open"}, map[string]string{api.AnnotationHarvestableGPUs: "4"}), false},
+		{"missing annotation", nodeWith(map[string]string{api.LabelHarvest: "open"}, nil), false},
+		{"missing label", nodeWith(nil, map[string]string{api.AnnotationHarvestableGPUs: "3"}), false},
+		{"nothing", nodeWith(nil, nil), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := v.PublishedOn(tt.node); got != tt.want {
+				t.Errorf("PublishedOn() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMergePatchRoundTrip applies the patch the way the controller does (a JSON
+// merge patch on the Node) and reads the verdict back.
+func TestMergePatchRoundTrip(t *testing.T) {
+	verdicts := []Verdict{
+		{State: api.HarvestOpen, HarvestableGPUs: 3},
+		{State: api.HarvestOpen, HarvestableGPUs: 0},
+		{State: api.HarvestDraining, HarvestableGPUs: 1},
+		Closed,
+	}
+	starts := []struct {
+		name string
+		node *v1.Node
+	}{
+		{"bare node", nodeWith(nil, nil)},
+		{"node with other metadata", nodeWith(map[string]string{"zone": "a"}, map[string]string{"note": "keep"})},
+		{"node with a previous verdict", nodeWith(
+			map[string]string{api.LabelHarvest: "draining", "zone": "a"},
+			map[string]string{api.AnnotationHarvestableGPUs: "7", "note": "keep"})},
+	}
+	for _, v := range verdicts {
+		for _, s := range starts {
+			t.Run(string(v.State)+"/"+s.name, func(t *testing.T) {
+				patch := v.MergePatch()
+				if !json.Valid(patch) {
+					t.Fatalf("MergePatch() is not JSON: %s", patch)
+				}
+				client := fake.NewClientset(s.node.DeepCopy())
+				got, err := client.CoreV1().Nodes().Patch(context.Background(), s.node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+				if err != nil {
+					t.Fatalf("Patch: %v", err)
+				}
+				read, err := ReadNode(got)
+				if err != nil {
+					t.Fatalf("ReadNode after patch: %v", err)
+				}
+				if read != v {
+					t.Errorf("ReadNode after patch = %+v, want %+v", read, v)
+				}
+				if !v.PublishedOn(got) {
+					t.Errorf("PublishedOn after patch = false; labels %v annotations %v", got.Labels, got.Annotations)
+				}
+				// Unrelated metadata survives.
+				for k, want := range s.node.Labels {
+					if k != api.LabelHarvest && got.Labels[k] != want {
+						t.Errorf("label %s = %q, want %q", k, got.Labels[k], want)
+					}
+				}
+				for k, want := range s.node.Annotations {
+					if k != api.AnnotationHarvestableGPUs && got.Annotations[k] != want {
+						t.Errorf("annotation %s = %q, want %q", k, got.Annotations[k], want)
+					}
+				}
+			})
+		}
+	}
+}

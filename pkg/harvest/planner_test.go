@@ -1,0 +1,334 @@
+package harvest
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// poolNode is a schedulable pool node with nothing reserved or lent.
+func poolNode(name string, allocatable int64) Node {
+	return Node{Name: name, InPool: true, Schedulable: true, AllocatableGPUs: allocatable}
+}
+
+func with(n Node, f func(*Node)) Node {
+	f(&n)
+	return n
+}
+
+func reserved(g int64) func(*Node) { return func(n *Node) { n.ReservedGPUs = g } }
+func lent(g int64) func(*Node)     { return func(n *Node) { n.LentGPUs = g } }
+func inference(n *Node)            { n.HostsInference = true }
+
+func all(fs ...func(*Node)) func(*Node) {
+	return func(n *Node) {
+		for _, f := range fs {
+			f(n)
+		}
+	}
+}
+
+func plan(state api.HarvestState, harvestable, headroom, reclaim int64) NodePlan {
+	return NodePlan{
+		Verdict:      Verdict{State: state, HarvestableGPUs: harvestable},
+		HeadroomGPUs: headroom,
+		ReclaimGPUs:  reclaim,
+	}
+}
+
+const (
+	open     = api.HarvestOpen
+	draining = api.HarvestDraining
+	closed   = api.HarvestClosed
+)
+
+func TestMakePlan(t *testing.T) {
+	tests := []struct {
+		name         string
+		nodes        []Node
+		headroom     []Headroom
+		want         map[string]NodePlan
+		wantUnplaced []Headroom
+	}{
+		{
+			name:  "no nodes, no headroom",
+			nodes: nil,
+			want:  map[string]NodePlan{},
+		},
+		{
+			name:  "no headroom: everything free is harvestable",
+			nodes: []Node{with(poolNode("a", 8), reserved(3))},
+			want:  map[string]NodePlan{"a": plan(open, 5, 0, 0)},
+		},
+		{
+			name:     "harvestable = allocatable - reserved - headroom",
+			nodes:    []Node{with(poolNode("a", 8), all(reserved(2), lent(1)))},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 2, Replicas: 1}},
+			want:     map[string]NodePlan{"a": plan(open, 4, 2, 0)},
+		},
+		{
+			name:     "headroom with non-positive GPUs per replica is ignored",
+			nodes:    []Node{poolNode("a", 8)},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 0, Replicas: 3}, {Service: "t", GPUsPerReplica: -1, Replicas: 1}},
+			want:     map[string]NodePlan{"a": plan(open, 8, 0, 0)},
+		},
+		{
+			name:     "headroom with zero or negative replicas places nothing",
+			nodes:    []Node{poolNode("a", 8)},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 2, Replicas: 0}, {Service: "t", GPUsPerReplica: 2, Replicas: -2}},
+			want:     map[string]NodePlan{"a": plan(open, 8, 0, 0)},
+		},
+		{
+			name: "prefer a node where the replica fits without reclaiming, over inference host and tighter fit",
+			nodes: []Node{
+				// a: tighter and hosts inference, but 2 of its 4 free GPUs are lent.
+				with(poolNode("a", 4), all(lent(2), inference)),
+				with(poolNode("b", 8), lent(2)),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 4, 0, 0),
+				"b": plan(open, 4, 4, 0),
+			},
+		},
+		{
+			name: "prefer a node hosting inference over a tighter fit",
+			nodes: []Node{
+				with(poolNode("a", 8), inference),
+				poolNode("b", 4),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 4, 4, 0),
+				"b": plan(open, 4, 0, 0),
+			},
+		},
+		{
+			name: "prefer the tightest fit",
+			nodes: []Node{
+				poolNode("a", 8),
+				with(poolNode("b", 8), reserved(2)),
+				with(poolNode("c", 8), reserved(4)),
+				with(poolNode("d", 8), reserved(5)), // too small
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 8, 0, 0),
+				"b": plan(open, 6, 0, 0),
+				"c": plan(closed, 0, 4, 0),
+				"d": plan(open, 3, 0, 0),
+			},
+		},
+		{
+			name: "ties go to the node name",
+			nodes: []Node{
+				poolNode("b", 4),
+				poolNode("a", 4),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 4, 0),
+				"b": plan(open, 4, 0, 0),
+			},
+		},
+		{
+			name: "when every fit needs a reclaim, prefer inference host, and the node drains",
+			nodes: []Node{
+				with(poolNode("a", 8), lent(6)),
+				with(poolNode("b", 8), all(lent(8), inference)),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 8, 0, 0),
+				"b": plan(draining, 4, 4, 4),
+			},
+		},
+		{
+			name: "no-reclaim check accounts for headroom already placed",
+			nodes: []Node{
+				with(poolNode("a", 8), all(lent(4), inference)),
+				poolNode("b", 8),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 2}},
+			// First replica: both fit without reclaim, a hosts inference. Second: a
+			// would need a reclaim now (4 spare, 4 lent), b does not.
+			want: map[string]NodePlan{
+				"a": plan(open, 4, 4, 0),
+				"b": plan(open, 4, 4, 0),
+			},
+		},
+		{
+			name: "several replicas of one service pack by tightest fit",
+			nodes: []Node{
+				poolNode("a", 4),
+				poolNode("b", 4),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 2, Replicas: 3}},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 4, 0),
+				"b": plan(open, 2, 2, 0),
+			},
+		},
+		{
+			name: "a whole replica is never split across nodes",
+			nodes: []Node{
+				with(poolNode("a", 8), reserved(6)),
+				with(poolNode("b", 8), reserved(5)),
+			},
+			headroom: []Headroom{{Service: "big", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 2, 0, 0),
+				"b": plan(open, 3, 0, 0),
+			},
+			wantUnplaced: []Headroom{{Service: "big", GPUsPerReplica: 4, Replicas: 1}},
+		},
+		{
+			name: "replicas that fit nowhere are unplaced one by one, the rest placed",
+			nodes: []Node{
+				with(poolNode("a", 8), reserved(4)),
+			},
+			headroom: []Headroom{{Service: "big", GPUsPerReplica: 4, Replicas: 3}},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 4, 0),
+			},
+			wantUnplaced: []Headroom{
+				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
+				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
+			},
+		},
+		{
+			name: "a replica fits where best-effort pods must go",
+			nodes: []Node{
+				with(poolNode("a", 4), lent(4)),
+			},
+			headroom: []Headroom{{Service: "big", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(draining, 0, 4, 4),
+			},
+		},
+		{
+			name: "draining reclaims lent minus harvestable",
+			nodes: []Node{
+				with(poolNode("a", 8), all(reserved(2), lent(4))),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(draining, 2, 4, 2),
+			},
+		},
+		{
+			name: "lent equal to harvestable stays open",
+			nodes: []Node{
+				with(poolNode("a", 8), all(reserved(2), lent(2))),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 2, 4, 0),
+			},
+		},
+		{
+			name: "fully reserved node is closed",
+			nodes: []Node{
+				with(poolNode("a", 8), reserved(8)),
+			},
+			want: map[string]NodePlan{"a": plan(closed, 0, 0, 0)},
+		},
+		{
+			name: "nodes outside the pool, unschedulable or over-reserved are closed and get no headroom",
+			nodes: []Node{
+				with(poolNode("outside", 8), func(n *Node) { n.InPool = false }),
+				with(poolNode("cordoned", 8), func(n *Node) { n.Schedulable = false }),
+				with(poolNode("over", 8), reserved(9)),
+				with(poolNode("outside-lent", 8), func(n *Node) { n.InPool = false; n.LentGPUs = 4 }),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 1, Replicas: 1}},
+			want: map[string]NodePlan{
+				"outside":      {Verdict: Closed},
+				"cordoned":     {Verdict: Closed},
+				"over":         {Verdict: Closed},
+				"outside-lent": {Verdict: Closed},
+			},
+			wantUnplaced: []Headroom{{Service: "s", GPUsPerReplica: 1, Replicas: 1}},
+		},
+		{
+			name: "largest replicas are placed first",
+			nodes: []Node{
+				// Placing the 2-GPU replica first would take a (inference host) and
+				// leave the 4-GPU replica nowhere to go.
+				with(poolNode("a", 4), inference),
+				poolNode("b", 3),
+			},
+			headroom: []Headroom{
+				{Service: "small", GPUsPerReplica: 2, Replicas: 1},
+				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
+			},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 4, 0),
+				"b": plan(open, 1, 2, 0),
+			},
+		},
+		{
+			name: "largest first also decides which replica is unplaced",
+			nodes: []Node{
+				poolNode("a", 4),
+			},
+			headroom: []Headroom{
+				{Service: "small", GPUsPerReplica: 1, Replicas: 1},
+				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
+			},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 4, 0),
+			},
+			wantUnplaced: []Headroom{{Service: "small", GPUsPerReplica: 1, Replicas: 1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := MakePlan(tt.nodes, tt.headroom)
+			if !reflect.DeepEqual(got.Nodes, tt.want) {
+				t.Errorf("Nodes:\n got  %+v\n want %+v", got.Nodes, tt.want)
+			}
+			if len(got.Unplaced) != 0 || len(tt.wantUnplaced) != 0 {
+				if !reflect.DeepEqual(got.Unplaced, tt.wantUnplaced) {
+					t.Errorf("Unplaced:\n got  %+v\n want %+v", got.Unplaced, tt.wantUnplaced)
+				}
+			}
+			// Invariants every plan must keep.
+			for _, n := range tt.nodes {
+				np, ok := got.Nodes[n.Name]
+				if !ok {
+					t.Errorf("node %s has no plan", n.Name)
+					continue
+				}
+				if np.HarvestableGPUs < 0 {
+					t.Errorf("node %s: harvestable %d < 0", n.Name, np.HarvestableGPUs)
+				}
+				if (np.State == draining) != (np.ReclaimGPUs > 0) {
+					t.Errorf("node %s: state %s with ReclaimGPUs %d", n.Name, np.State, np.ReclaimGPUs)
+				}
+				lendable := n.InPool && n.Schedulable && n.AllocatableGPUs >= n.ReservedGPUs
+				if lendable && np.HarvestableGPUs+np.HeadroomGPUs != n.AllocatableGPUs-n.ReservedGPUs {
+					t.Errorf("node %s: harvestable %d + headroom %d != allocatable %d - reserved %d",
+						n.Name, np.HarvestableGPUs, np.HeadroomGPUs, n.AllocatableGPUs, n.ReservedGPUs)
+				}
+			}
+		})
+	}
+}
+
+// TestMakePlanDoesNotMutateInput guards the "pure" contract: the caller's nodes
+// and headroom are unchanged.
+func TestMakePlanDoesNotMutateInput(t *testing.T) {
+	nodes := []Node{with(poolNode("a", 8), all(lent(2), inference)), poolNode("b", 4)}
+	headroom := []Headroom{{Service: "s", GPUsPerReplica: 2, Replicas: 3}}
+	nodesCopy := append([]Node(nil), nodes...)
+	headroomCopy := append([]Headroom(nil), headroom...)
+	MakePlan(nodes, headroom)
+	if !reflect.DeepEqual(nodes, nodesCopy) {
+		t.Errorf("nodes changed: %+v, was %+v", nodes, nodesCopy)
+	}
+	if !reflect.DeepEqual(headroom, headroomCopy) {
+		t.Errorf("headroom changed: %+v, was %+v", headroom, headroomCopy)
+	}
+}

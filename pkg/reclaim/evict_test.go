@@ -1,0 +1,335 @@
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+)
+
+// podRecorder is a FakeRecorder that also remembers which pod each Event was
+// recorded on (FakeRecorder alone only keeps type, reason and message).
+type podRecorder struct {
+	*record.FakeRecorder
+	on []string // "namespace/name reason", in order
+}
+
+func (r *podRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	if p, ok := obj.(*v1.Pod); ok {
+		r.on = append(r.on, p.Namespace+"/"+p.Name+" "+reason)
+	}
+	r.FakeRecorder.Eventf(obj, eventtype, reason, messageFmt, args...)
+}
+
+// drain returns the events the FakeRecorder buffered.
+func (r *podRecorder) drain() []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// cluster is a fake API server holding pods. Evicting a pod in refuse gets 429
+// (as a PodDisruptionBudget would), one in fail gets 500, one not stored gets 404.
+type cluster struct {
+	client   *fake.Clientset
+	recorder *podRecorder
+	evictor  *Evictor
+}
+
+func newCluster(t *testing.T, stored []*v1.Pod, refuse, fail []string) *cluster {
+	t.Helper()
+	var objs []runtime.Object
+	for _, p := range stored {
+		objs = append(objs, p.DeepCopy())
+	}
+	client := fake.NewClientset(objs...)
+	refused := map[string]bool{}
+	for _, n := range refuse {
+		refused[n] = true
+	}
+	failed := map[string]bool{}
+	for _, n := range fail {
+		failed[n] = true
+	}
+	client.PrependReactor("create", "pods/eviction", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ev, ok := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if !ok {
+			t.Errorf("eviction action carries %T", action.(k8stesting.CreateAction).GetObject())
+			return false, nil, nil
+		}
+		switch {
+		case refused[ev.Name]:
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		case failed[ev.Name]:
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is sad"))
+		}
+		return false, nil, nil // the default tracker: 404 for a pod it does not hold
+	})
+	rec := &podRecorder{FakeRecorder: record.NewFakeRecorder(100)}
+	return &cluster{client: client, recorder: rec, evictor: &Evictor{Client: client, Recorder: rec}}
+}
+
+// evictions lists the pods an eviction was requested for, in order.
+func (c *cluster) evictions(t *testing.T) []string {
+	t.Helper()
+	out := []string{}
+	for _, a := range c.client.Actions() {
+		if a.GetVerb() != "create" || a.GetResource().Resource != "pods" || a.GetSubresource() != "eviction" {
+			continue
+		}
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if ev.Namespace != a.GetNamespace() {
+			t.Errorf("eviction %s/%s sent to namespace %s", ev.Namespace, ev.Name, a.GetNamespace())
+		}
+		if ev.DeleteOptions != nil {
+			t.Errorf("eviction of %s carries DeleteOptions %+v; the pod's own grace period must apply", ev.Name, ev.DeleteOptions)
+		}
+		out = append(out, ev.Namespace+"/"+ev.Name)
+	}
+	return out
+}
+
+func TestEvict(t *testing.T) {
+	stored := pod("job", now, "")
+	tests := []struct {
+		name       string
+		pod        *v1.Pod
+		refuse     []string
+		fail       []string
+		wantErr    func(error) bool // nil: no error
+		wantEvents []string         // "type reason" prefixes
+	}{
+		{
+			name:       "evicted",
+			pod:        stored,
+			wantEvents: []string{"Warning " + ReasonReclaimed},
+		},
+		{
+			name: "already gone is not an error and records nothing",
+			pod:  pod("ghost", now, ""),
+		},
+		{
+			name:       "refused by a disruption budget",
+			pod:        stored,
+			refuse:     []string{"job"},
+			wantErr:    apierrors.IsTooManyRequests,
+			wantEvents: []string{"Warning " + ReasonReclaimBlocked},
+		},
+		{
+			name:    "other API errors are returned without an Event",
+			pod:     stored,
+			fail:    []string{"job"},
+			wantErr: apierrors.IsInternalError,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, []*v1.Pod{stored}, tt.refuse, tt.fail)
+			err := c.evictor.Evict(context.Background(), tt.pod, "inference needs node-1")
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("Evict() = %v, want nil", err)
+			case tt.wantErr != nil && (err == nil || !tt.wantErr(err)):
+				t.Fatalf("Evict() = %v, want an error of the right kind", err)
+			}
+			if got, want := c.evictions(t), []string{tt.pod.Namespace + "/" + tt.pod.Name}; !reflect.DeepEqual(got, want) {
+				t.Errorf("evictions = %v, want %v", got, want)
+			}
+			events := c.recorder.drain()
+			if len(events) != len(tt.wantEvents) {
+				t.Fatalf("events = %q, want %d", events, len(tt.wantEvents))
+			}
+			for i, e := range events {
+				if !strings.HasPrefix(e, tt.wantEvents[i]+" ") {
+					t.Errorf("event %d = %q, want prefix %q", i, e, tt.wantEvents[i])
+				}
+				if strings.HasPrefix(e, "Warning "+ReasonReclaimed+" ") && !strings.Contains(e, "inference needs node-1") {
+					t.Errorf("event %q does not say why", e)
+				}
+			}
+		})
+	}
+}
+
+func TestReclaimGPUs(t *testing.T) {
+	// c builds a candidate; LostWork is given directly so the order is explicit.
+	c := func(name string, gpus int64, lost float64) Candidate {
+		return Candidate{Pod: pod(name, now, ""), GPUs: gpus, LostWork: lost}
+	}
+	terminating := func(name string, gpus int64) Candidate {
+		cd := c(name, gpus, 0)
+		ts := metav1.NewTime(now)
+		cd.Pod.DeletionTimestamp = &ts
+		return cd
+	}
+
+	tests := []struct {
+		name       string
+		candidates []Candidate
+		missing    []string // candidates the API server no longer holds
+		refuse     []string
+		fail       []string
+		gpus       int64
+
+		wantAttempts []string // evictions requested, in order
+		wantEvicted  []string
+		wantOwed     int64
+		wantErrs     int
+		wantEvents   []string // "ns/name reason", in order
+	}{
+		{
+			name:         "evicts in order until enough GPUs are freed",
+			candidates:   []Candidate{c("a", 2, 100), c("b", 4, 50), c("c", 1, 200), c("d", 4, 300)},
+			gpus:         5,
+			wantAttempts: []string{"ml/b", "ml/a"},
+			wantEvicted:  []string{"ml/b", "ml/a"},
+			wantEvents:   []string{"ml/b " + ReasonReclaimed, "ml/a " + ReasonReclaimed},
+		},
+		{
+			name:         "ties in lost work go to the pod with more GPUs",
+			candidates:   []Candidate{c("a", 1, 0), c("b", 1, 0), c("big", 4, 0)},
+			gpus:         4,
+			wantAttempts: []string{"ml/big"},
+			wantEvicted:  []string{"ml/big"},
+			wantEvents:   []string{"ml/big " + ReasonReclaimed},
+		},
+		{
+			name:         "already-terminating pods count toward the goal and are not evicted again",
+			candidates:   []Candidate{terminating("t", 4), c("a", 2, 10), c("b", 2, 20)},
+			gpus:         5,
+			wantAttempts: []string{"ml/a"},
+			wantEvicted:  []string{"ml/a"},
+			wantEvents:   []string{"ml/a " + ReasonReclaimed},
+		},
+		{
+			name:         "terminating pods alone cover the goal",
+			candidates:   []Candidate{terminating("t", 4), c("a", 2, 10)},
+			gpus:         4,
+			wantAttempts: []string{},
+		},
+		{
+			name:         "nothing owed evicts nothing",
+			candidates:   []Candidate{c("a", 2, 10)},
+			gpus:         0,
+			wantAttempts: []string{},
+		},
+		{
+			name:         "a refused pod is skipped and the next tried",
+			candidates:   []Candidate{c("pdb", 4, 10), c("b", 4, 20), c("c", 4, 30)},
+			refuse:       []string{"pdb"},
+			gpus:         4,
+			wantAttempts: []string{"ml/pdb", "ml/b"},
+			wantEvicted:  []string{"ml/b"},
+			wantErrs:     1,
+			wantEvents:   []string{"ml/pdb " + ReasonReclaimBlocked, "ml/b " + ReasonReclaimed},
+		},
+		{
+			name:         "a failed eviction is skipped and the next tried, without an Event",
+			candidates:   []Candidate{c("sad", 4, 10), c("b", 4, 20)},
+			fail:         []string{"sad"},
+			gpus:         4,
+			wantAttempts: []string{"ml/sad", "ml/b"},
+			wantEvicted:  []string{"ml/b"},
+			wantErrs:     1,
+			wantEvents:   []string{"ml/b " + ReasonReclaimed},
+		},
+		{
+			name:         "a pod already gone counts as freed",
+			candidates:   []Candidate{c("ghost", 4, 10), c("b", 4, 20)},
+			missing:      []string{"ghost"},
+			gpus:         4,
+			wantAttempts: []string{"ml/ghost"},
+			wantEvicted:  []string{"ml/ghost"},
+		},
+		{
+			name:         "not enough candidates: the rest is owed",
+			candidates:   []Candidate{c("a", 2, 10), c("pdb", 4, 5)},
+			refuse:       []string{"pdb"},
+			gpus:         5,
+			wantAttempts: []string{"ml/pdb", "ml/a"},
+			wantEvicted:  []string{"ml/a"},
+			wantOwed:     3,
+			wantErrs:     1,
+			wantEvents:   []string{"ml/pdb " + ReasonReclaimBlocked, "ml/a " + ReasonReclaimed},
+		},
+		{
+			name:         "owed never goes negative",
+			candidates:   []Candidate{c("big", 8, 10)},
+			gpus:         2,
+			wantAttempts: []string{"ml/big"},
+			wantEvicted:  []string{"ml/big"},
+			wantEvents:   []string{"ml/big " + ReasonReclaimed},
+		},
+		{
+			name:         "no candidates",
+			gpus:         3,
+			wantAttempts: []string{},
+			wantOwed:     3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			missing := map[string]bool{}
+			for _, n := range tt.missing {
+				missing[n] = true
+			}
+			var stored []*v1.Pod
+			for _, cd := range tt.candidates {
+				if !missing[cd.Pod.Name] {
+					stored = append(stored, cd.Pod)
+				}
+			}
+			cl := newCluster(t, stored, tt.refuse, tt.fail)
+
+			evicted, owed, errs := cl.evictor.ReclaimGPUs(context.Background(), tt.candidates, tt.gpus, "node-1 must return GPUs")
+
+			if got := cl.evictions(t); !reflect.DeepEqual(got, tt.wantAttempts) {
+				t.Errorf("evictions requested = %v, want %v", got, tt.wantAttempts)
+			}
+			gotEvicted := []string{}
+			for _, p := range evicted {
+				gotEvicted = append(gotEvicted, p.Namespace+"/"+p.Name)
+			}
+			if want := append([]string{}, tt.wantEvicted...); !reflect.DeepEqual(gotEvicted, want) {
+				t.Errorf("evicted = %v, want %v", gotEvicted, want)
+			}
+			if owed != tt.wantOwed {
+				t.Errorf("owed = %d, want %d", owed, tt.wantOwed)
+			}
+			if len(errs) != tt.wantErrs {
+				t.Errorf("errs = %v, want %d", errs, tt.wantErrs)
+			}
+			for _, err := range errs {
+				if !strings.Contains(err.Error(), "ml/") {
+					t.Errorf("error %q does not name the pod", err)
+				}
+			}
+			gotEvents := cl.recorder.on
+			if gotEvents == nil {
+				gotEvents = []string{}
+			}
+			if want := append([]string{}, tt.wantEvents...); !reflect.DeepEqual(gotEvents, want) {
+				t.Errorf("events = %v, want %v", gotEvents, want)
+			}
+			if n := len(cl.recorder.drain()); n != len(tt.wantEvents) {
+				t.Errorf("FakeRecorder buffered %d events, want %d", n, len(tt.wantEvents))
+			}
+		})
+	}
+}

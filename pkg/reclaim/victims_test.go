@@ -1,0 +1,200 @@
+package reclaim
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+var now = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+
+// pod builds a best-effort pod that started at start (zero: not started) and,
+// when checkpoint is non-empty, carries it as its last-checkpoint annotation.
+func pod(name string, start time.Time, checkpoint string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}}
+	if !start.IsZero() {
+		st := metav1.NewTime(start)
+		p.Status.StartTime = &st
+	}
+	if checkpoint != "" {
+		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: checkpoint}
+	}
+	return p
+}
+
+func rfc(t time.Time) string { return t.Format(time.RFC3339) }
+
+func TestLostWork(t *testing.T) {
+	hourAgo := now.Add(-time.Hour)
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		gpus int64
+		want float64
+	}{
+		{"since start", pod("p", hourAgo, ""), 1, 3600},
+		{"since start times GPUs", pod("p", hourAgo, ""), 4, 4 * 3600},
+		{"zero-GPU pod counts as one GPU", pod("p", hourAgo, ""), 0, 3600},
+		{"since a checkpoint after start", pod("p", hourAgo, rfc(now.Add(-10*time.Minute))), 2, 2 * 600},
+		{"checkpoint with offset and fraction", pod("p", hourAgo, now.Add(-90*time.Second).In(time.FixedZone("x", 3600)).Format(time.RFC3339Nano)), 1, 90},
+		{"checkpoint before start is ignored", pod("p", hourAgo, rfc(now.Add(-2*time.Hour))), 1, 3600},
+		{"checkpoint in the future is ignored", pod("p", hourAgo, rfc(now.Add(time.Minute))), 1, 3600},
+		{"unparseable checkpoint is ignored", pod("p", hourAgo, "yesterday"), 1, 3600},
+		{"non-RFC3339 checkpoint is ignored", pod("p", hourAgo, now.Add(-time.Minute).Format(time.RFC1123)), 1, 3600},
+		{"checkpoint exactly now loses nothing", pod("p", hourAgo, rfc(now)), 3, 0},
+		{"unstarted pod loses nothing", pod("p", time.Time{}, ""), 4, 0},
+		{"start in the future loses nothing", pod("p", now.Add(time.Minute), ""), 1, 0},
+		{"start exactly now loses nothing", pod("p", now, ""), 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := LostWork(tt.pod, tt.gpus, now); got != tt.want {
+				t.Errorf("LostWork() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLostWorkUnstartedWithCheckpoint pins LostWork's doc comment, "A pod that
+// has not started loses nothing", for a pod that carries a checkpoint annotation
+// (e.g. copied from its template by a job that resumes from a checkpoint) but has
+// no status.startTime yet.
+func TestLostWorkUnstartedWithCheckpoint(t *testing.T) {
+	p := pod("p", time.Time{}, rfc(now.Add(-time.Hour)))
+	if got := LostWork(p, 2, now); got != 0 {
+		t.Errorf("LostWork() = %v for an unstarted pod, want 0", got)
+	}
+}
+
+func gpuPod(name string, gpus int64, start time.Time) *v1.Pod {
+	p := pod(name, start, "")
+	p.Spec.Containers = []v1.Container{{
+		Name: "train",
+		Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{api.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+			Limits:   v1.ResourceList{api.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+		},
+	}}
+	return p
+}
+
+func TestNewCandidate(t *testing.T) {
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		wantGPUs int64
+		wantLost float64
+	}{
+		{"4-GPU pod", gpuPod("a", 4, now.Add(-time.Minute)), 4, 4 * 60},
+		{"pod without GPUs", pod("b", now.Add(-time.Minute), ""), 0, 60},
+		{"unstarted pod", gpuPod("c", 2, time.Time{}), 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCandidate(tt.pod, api.GPUResource, now)
+			if c.Pod != tt.pod {
+				t.Errorf("Pod = %p, want %p", c.Pod, tt.pod)
+			}
+			if c.GPUs != tt.wantGPUs {
+				t.Errorf("GPUs = %d, want %d", c.GPUs, tt.wantGPUs)
+			}
+			if c.LostWork != tt.wantLost {
+				t.Errorf("LostWork = %v, want %v", c.LostWork, tt.wantLost)
+			}
+		})
+	}
+}
+
+func cand(ns, name string, gpus int64, lost float64, terminating bool) Candidate {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if terminating {
+		ts := metav1.NewTime(now)
+		p.DeletionTimestamp = &ts
+	}
+	return Candidate{Pod: p, GPUs: gpus, LostWork: lost}
+}
+
+func names(cs []Candidate) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.Pod.Namespace+"/"+c.Pod.Name)
+	}
+	return out
+}
+
+func TestOrder(t *testing.T) {
+	tests := []struct {
+		name       string
+		candidates []Candidate
+		want       []string
+	}{
+		{"empty", nil, []string{}},
+		{
+			"least lost work first",
+			[]Candidate{cand("ml", "a", 1, 300, false), cand("ml", "b", 1, 100, false), cand("ml", "c", 1, 200, false)},
+			[]string{"ml/b", "ml/c", "ml/a"},
+		},
+		{
+			"lost work beats GPUs",
+			[]Candidate{cand("ml", "big", 8, 101, false), cand("ml", "small", 1, 100, false)},
+			[]string{"ml/small", "ml/big"},
+		},
+		{
+			"ties: more GPUs first",
+			[]Candidate{cand("ml", "a", 1, 100, false), cand("ml", "b", 4, 100, false), cand("ml", "c", 2, 100, false)},
+			[]string{"ml/b", "ml/c", "ml/a"},
+		},
+		{
+			"ties on work and GPUs: by namespace/name",
+			[]Candidate{cand("ml", "b", 2, 0, false), cand("ml", "a", 2, 0, false), cand("eval", "z", 2, 0, false)},
+			[]string{"eval/z", "ml/a", "ml/b"},
+		},
+		{
+			"terminating pods dropped",
+			[]Candidate{cand("ml", "gone", 4, 0, true), cand("ml", "a", 1, 10, false), cand("ml", "also-gone", 1, 5, true)},
+			[]string{"ml/a"},
+		},
+		{
+			"only terminating pods",
+			[]Candidate{cand("ml", "gone", 4, 0, true)},
+			[]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := append([]Candidate(nil), tt.candidates...)
+			got := names(Order(tt.candidates))
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Order() = %v, want %v", got, tt.want)
+			}
+			if !reflect.DeepEqual(names(in), names(tt.candidates)) {
+				t.Errorf("Order() reordered its input: %v, was %v", names(tt.candidates), names(in))
+			}
+		})
+	}
+}
+
+func TestTerminating(t *testing.T) {
+	tests := []struct {
+		name       string
+		candidates []Candidate
+		want       int64
+	}{
+		{"none", nil, 0},
+		{"no terminating", []Candidate{cand("ml", "a", 4, 0, false)}, 0},
+		{"sums terminating GPUs only", []Candidate{cand("ml", "a", 4, 0, true), cand("ml", "b", 2, 0, false), cand("ml", "c", 1, 0, true)}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Terminating(tt.candidates); got != tt.want {
+				t.Errorf("Terminating() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
