@@ -17,12 +17,18 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build test test-unit test-integration verify fmt vet tidy-check clean
+.PHONY: all build manifests test test-unit test-integration verify fmt vet tidy-check clean
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# dist/install.yaml: every object of manifests/, rendered with kustomize's library.
+manifests:
+	@mkdir -p dist
+	$(GO) run ./hack/render manifests > dist/install.yaml
+	@echo "wrote dist/install.yaml"
 
 test: test-unit test-integration
 
@@ -44,4 +50,4 @@ tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
