@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -39,6 +40,7 @@ func run() error {
 		gpuResource  string
 		leaderElect  bool
 		showVersion  bool
+		bindAddress  string
 		cfg          controller.Config
 		le           = controller.DefaultLeaderElection()
 		fs           = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
@@ -60,6 +62,7 @@ func run() error {
 	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", le.LeaseDuration, "Lease duration; also how long the scheduler trusts the last heartbeat.")
 	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", le.RenewDeadline, "Renew deadline.")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod, "Retry period.")
+	fs.StringVar(&bindAddress, "bind-address", ":10261", "Address serving /healthz, /readyz and /metrics (plain HTTP); empty to disable.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -89,6 +92,19 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	klog.InfoS("Starting", "version", version.String())
+	controller.RegisterMetrics()
+	var checks []controller.HealthCheck
+	if leaderElect {
+		le.WatchDog = leaderelection.NewLeaderHealthzAdaptor(le.RenewDeadline)
+		checks = append(checks, func() error { return le.WatchDog.Check(nil) })
+	}
+	if bindAddress != "" {
+		addr, err := controller.Serve(ctx, bindAddress, checks...)
+		if err != nil {
+			return err
+		}
+		klog.InfoS("Serving health and metrics", "address", addr.String())
+	}
 	c := controller.New(client, cfg)
 	if !leaderElect {
 		return c.Run(ctx)

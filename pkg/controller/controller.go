@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -90,6 +91,11 @@ type Controller struct {
 	load      *vllm.Informer
 	evictor   *reclaim.Evictor
 	broadcast record.EventBroadcaster
+
+	// Accounting state, touched only by Sync.
+	lastSync      time.Time
+	drainingSince map[string]time.Time
+	seenBound     map[types.UID]bool
 }
 
 // New builds a controller. Nothing runs until Run.
@@ -110,6 +116,8 @@ func New(client kubernetes.Interface, cfg Config) *Controller {
 		load:      vllm.NewInformer(client, cfg.Metrics),
 		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder},
 		broadcast: broadcast,
+
+		drainingSince: map[string]time.Time{},
 	}
 }
 
@@ -146,6 +154,16 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Sync runs one planning round: observe, plan, publish, reclaim.
 func (c *Controller) Sync(ctx context.Context) error {
+	start := c.cfg.Clock.Now()
+	err := c.sync(ctx)
+	syncDuration.Observe(c.cfg.Clock.Since(start).Seconds())
+	if err != nil {
+		syncErrors.Inc()
+	}
+	return err
+}
+
+func (c *Controller) sync(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	nodeList, err := c.nodes.List(labels.Everything())
 	if err != nil {
@@ -190,6 +208,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 	for _, n := range byNode {
 		planned = append(planned, *n)
 	}
+	c.account(now, podList, byNode)
 	sort.Slice(planned, func(i, j int) bool { return planned[i].Name < planned[j].Name })
 
 	needs := c.assessServices()
@@ -204,6 +223,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 	for _, u := range plan.Unplaced {
 		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
 	}
+	c.observePlan(now, planned, plan)
 
 	var errs []error
 	for _, n := range nodeList {
@@ -214,8 +234,17 @@ func (c *Controller) Sync(ctx context.Context) error {
 		if np.ReclaimGPUs > 0 {
 			why := fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, byNode[n.Name].LentGPUs, np.HeadroomGPUs)
 			evicted, owed, evictErrs := c.evictor.ReclaimGPUs(ctx, candidates[n.Name], np.ReclaimGPUs, why)
-			for _, p := range evicted {
-				logger.Info("Reclaimed GPUs", "pod", klog.KObj(p), "node", n.Name, "why", why)
+			for _, v := range evicted {
+				logger.Info("Reclaimed GPUs", "pod", klog.KObj(v.Pod), "node", n.Name, "why", why)
+				evictionsTotal.WithLabelValues("evicted").Inc()
+				lostWorkGPUSeconds.Add(v.LostWork)
+			}
+			for _, err := range evictErrs {
+				if apierrors.IsTooManyRequests(err) {
+					evictionsTotal.WithLabelValues("blocked").Inc()
+				} else {
+					evictionsTotal.WithLabelValues("error").Inc()
+				}
 			}
 			if owed > 0 {
 				logger.Info("Could not reclaim all GPUs owed", "node", n.Name, "owedGPUs", owed)
@@ -227,6 +256,91 @@ func (c *Controller) Sync(ctx context.Context) error {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}
 	return nil
+}
+
+// account adds the GPU-seconds lent since the last round, per namespace, and
+// records how long newly bound inference pods on pool nodes waited to be scheduled.
+func (c *Controller) account(now time.Time, pods []*v1.Pod, nodes map[string]*harvest.Node) {
+	threshold := *c.cfg.BestEffortPriorityThreshold
+	// A pause longer than two periods (e.g. a new leader) is not counted: the
+	// pods may have changed in between.
+	var elapsed float64
+	if !c.lastSync.IsZero() && now.Sub(c.lastSync) <= 2*c.cfg.SyncPeriod {
+		elapsed = now.Sub(c.lastSync).Seconds()
+	}
+	c.lastSync = now
+	// On the first round every bound pod is history: a restart must not count its wait again.
+	first := c.seenBound == nil
+	present := make(map[types.UID]bool, len(c.seenBound))
+	for _, p := range pods {
+		n, ok := nodes[p.Spec.NodeName]
+		if !ok || !n.InPool || !api.HoldsResources(p) {
+			continue
+		}
+		switch {
+		case api.IsBestEffort(p, threshold):
+			if elapsed > 0 {
+				harvestedGPUSeconds.WithLabelValues(p.Namespace).Add(float64(api.PodGPUs(p, c.cfg.GPUResource)) * elapsed)
+			}
+		case api.IsInference(p):
+			scheduled := scheduledAt(p)
+			if scheduled.IsZero() {
+				continue // seen again once its PodScheduled condition is written
+			}
+			present[p.UID] = true
+			if !first && !c.seenBound[p.UID] {
+				inferenceWait.Observe(scheduled.Sub(p.CreationTimestamp.Time).Seconds())
+			}
+		}
+	}
+	c.seenBound = present
+}
+
+// scheduledAt is when the pod's PodScheduled condition turned true.
+func scheduledAt(p *v1.Pod) time.Time {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionTrue {
+			return cond.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// observePlan exports the plan's totals and how long nodes took to drain.
+func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, plan harvest.Plan) {
+	var serving, lent, headroom, harvestable, idle int64
+	states := map[api.HarvestState]float64{api.HarvestOpen: 0, api.HarvestDraining: 0, api.HarvestClosed: 0}
+	for _, n := range nodes {
+		if !n.InPool {
+			continue
+		}
+		np := plan.Nodes[n.Name]
+		serving += n.ReservedGPUs
+		lent += n.LentGPUs
+		headroom += np.HeadroomGPUs
+		harvestable += np.HarvestableGPUs
+		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs)
+		states[np.State]++
+		since, draining := c.drainingSince[n.Name]
+		switch {
+		case np.State == api.HarvestDraining && !draining:
+			c.drainingSince[n.Name] = now
+		case np.State != api.HarvestDraining && draining:
+			reclaimLatency.Observe(now.Sub(since).Seconds())
+			delete(c.drainingSince, n.Name)
+		}
+	}
+	for state, v := range map[string]int64{"serving": serving, "lent": lent, "headroom": headroom, "harvestable": harvestable, "idle": idle} {
+		gpusGauge.WithLabelValues(state).Set(float64(v))
+	}
+	for state, v := range states {
+		nodesGauge.WithLabelValues(string(state)).Set(v)
+	}
+	unplaced := 0
+	for _, u := range plan.Unplaced {
+		unplaced += u.Replicas
+	}
+	unplacedHeadroom.Set(float64(unplaced))
 }
 
 // assessServices groups the informer's inference pods by service and asks the

@@ -25,6 +25,8 @@ type LeaderElection struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// WatchDog, if set, fails health checks when this process leads but stopped renewing.
+	WatchDog *leaderelection.HealthzAdaptor
 }
 
 // DefaultLeaderElection is the client-go convention: 15s / 10s / 2s.
@@ -58,7 +60,12 @@ func RunLeaderElected(ctx context.Context, client kubernetes.Interface, le Leade
 		LeaseDuration: le.LeaseDuration,
 		RenewDeadline: le.RenewDeadline,
 		RetryPeriod:   le.RetryPeriod,
-		Name:          Component,
+		WatchDog:      le.WatchDog,
+		// A stopping leader hands the Lease over at once instead of making the
+		// standby wait out the lease duration. The scheduler sees the released
+		// Lease as stale, so nothing is lent until the standby takes over.
+		ReleaseOnCancel: true,
+		Name:            Component,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				klog.FromContext(ctx).Info("Became leader", "lease", klog.KRef(le.Namespace, le.Name), "identity", le.Identity)

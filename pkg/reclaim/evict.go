@@ -49,8 +49,8 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 
 // ReclaimGPUs evicts candidates in Order until gpus GPUs (beyond those already
 // terminating) are on their way back. An eviction that is refused is reported and
-// the next candidate is tried. It returns the pods evicted and the GPUs still owed.
-func (e *Evictor) ReclaimGPUs(ctx context.Context, candidates []Candidate, gpus int64, why string) (evicted []*v1.Pod, owed int64, errs []error) {
+// the next candidate is tried. It returns the candidates evicted and the GPUs still owed.
+func (e *Evictor) ReclaimGPUs(ctx context.Context, candidates []Candidate, gpus int64, why string) (evicted []Candidate, owed int64, errs []error) {
 	owed = gpus - Terminating(candidates)
 	for _, c := range Order(candidates) {
 		if owed <= 0 {
@@ -60,7 +60,7 @@ func (e *Evictor) ReclaimGPUs(ctx context.Context, candidates []Candidate, gpus 
 			errs = append(errs, err)
 			continue
 		}
-		evicted = append(evicted, c.Pod)
+		evicted = append(evicted, c)
 		owed -= c.GPUs
 	}
 	return evicted, max(owed, 0), errs

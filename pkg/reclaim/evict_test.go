@@ -304,7 +304,7 @@ func TestReclaimGPUs(t *testing.T) {
 			}
 			gotEvicted := []string{}
 			for _, p := range evicted {
-				gotEvicted = append(gotEvicted, p.Namespace+"/"+p.Name)
+				gotEvicted = append(gotEvicted, p.Pod.Namespace+"/"+p.Pod.Name)
 			}
 			if want := append([]string{}, tt.wantEvicted...); !reflect.DeepEqual(gotEvicted, want) {
 				t.Errorf("evicted = %v, want %v", gotEvicted, want)

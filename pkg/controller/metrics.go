@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// The controller's metrics, served on its /metrics endpoint. docs/metrics.md
+// lists every gleaner_ metric; keep it in step.
+var (
+	// gpus: pool GPUs by state. serving: held by pods that are not best-effort;
+	// lent: held by best-effort pods; headroom: kept free for inference to scale
+	// into; harvestable: may be lent (lent ones included); idle: held by no pod.
+	gpusGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "gpus",
+		Help:           "GPUs of the pool nodes by state: serving, lent, headroom, harvestable, idle.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"state"})
+	nodesGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "nodes",
+		Help:           "Nodes by published harvest verdict: open, draining, closed (pool nodes only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"state"})
+	harvestedGPUSeconds = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "harvested_gpu_seconds_total",
+		Help:           "GPU-seconds held by best-effort pods on pool nodes, by the pods' namespace.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace"})
+	evictionsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "reclaim_evictions_total",
+		Help:           "Evictions the reclaimer asked for, by result: evicted, blocked (refused, e.g. by a PodDisruptionBudget), error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	lostWorkGPUSeconds = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "reclaim_lost_work_gpu_seconds_total",
+		Help:           "Work lost by evicted best-effort pods: GPUs x time since their last checkpoint or start.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	reclaimLatency = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "reclaim_duration_seconds",
+		Help:           "Time from a node starting to drain until its lent GPUs were back within its harvestable GPUs.",
+		Buckets:        []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600},
+		StabilityLevel: metrics.ALPHA,
+	})
+	inferenceWait = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "inference_pod_scheduling_wait_seconds",
+		Help:           "Time inference pods on pool nodes waited from creation until they were scheduled.",
+		Buckets:        []float64{0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300},
+		StabilityLevel: metrics.ALPHA,
+	})
+	unplacedHeadroom = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "headroom_unplaced_replicas",
+		Help:           "Inference replicas of headroom that fit on no pool node even with nothing lent.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	syncDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "controller_sync_duration_seconds",
+		Help:           "Duration of one planning round: observe, plan, publish, reclaim.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
+		StabilityLevel: metrics.ALPHA,
+	})
+	syncErrors = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "controller_sync_errors_total",
+		Help:           "Planning rounds that ended with an error (API writes or evictions failed).",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+var registerOnce sync.Once
+
+// RegisterMetrics adds the controller's metrics to the legacy registry served on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
+			reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors)
+	})
+}
