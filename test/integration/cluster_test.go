@@ -30,19 +30,21 @@ type controlPlane struct {
 	kubeconfig string // path to a kubeconfig file for components that load one
 }
 
-func startControlPlane(t *testing.T) *controlPlane {
+// startControlPlane starts etcd and kube-apiserver; extraFlags are added to the
+// apiserver's (e.g. "--authorization-mode=RBAC").
+func startControlPlane(t *testing.T, extraFlags ...string) *controlPlane {
 	t.Helper()
 	etcdCfg := testserver.NewTestConfig(t)
 	testserver.RunEtcd(t, etcdCfg)
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
 	storage.Transport.ServerList = []string{etcdCfg.ListenClientUrls[0].String()}
 
-	server := kubeapiservertesting.StartTestServerOrDie(t, nil, []string{
+	server := kubeapiservertesting.StartTestServerOrDie(t, nil, append([]string{
 		"--endpoint-reconciler-type=none",
 		// No service-account controller runs, and no node controller clears the
 		// not-ready taint, so these two admission plugins would block pods.
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-	}, storage)
+	}, extraFlags...), storage)
 	t.Cleanup(server.TearDownFn)
 
 	cfg := rest.CopyConfig(server.ClientConfig)

@@ -83,7 +83,7 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 
 // installPriorityClasses creates the PriorityClasses exactly as shipped in manifests/.
 func (e *harvestEnv) installPriorityClasses() {
-	f, err := os.Open(filepath.Join(repoRoot(e.t), "manifests", "priorityclasses.yaml"))
+	f, err := os.Open(filepath.Join(repoRoot(e.t), "manifests", "base", "priorityclasses.yaml"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func (e *harvestEnv) installPriorityClasses() {
 		n++
 	}
 	if n != 2 {
-		e.t.Fatalf("manifests/priorityclasses.yaml holds %d PriorityClasses, want 2", n)
+		e.t.Fatalf("manifests/base/priorityclasses.yaml holds %d PriorityClasses, want 2", n)
 	}
 }
 

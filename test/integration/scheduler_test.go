@@ -24,7 +24,7 @@ import (
 // binary with a success code before it reports.
 func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "scheduler", "config.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
 	if err != nil {
 		t.Fatalf("reading the shipped scheduler config: %v", err)
 	}
@@ -89,7 +89,7 @@ func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, con
 // TestGleanerSchedulerRejectsBadPluginArgs: a bad profile stops gleaner-scheduler
 // at start with a message naming the field, before it talks to any API server.
 func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "scheduler", "config.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

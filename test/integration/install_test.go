@@ -1,0 +1,472 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gleaner-dev/gleaner/internal/manifests"
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// renderInstall renders manifests/ as `make manifests` does and decodes every object.
+func renderInstall(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := manifests.Render(filepath.Join(repoRoot(t), "manifests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding rendered manifests: %v", err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, &obj)
+		}
+	}
+	return objs
+}
+
+// applyStrict creates or updates obj with server-side apply and strict field
+// validation, so a misspelt field is an error rather than silently dropped.
+func applyStrict(ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured) error {
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	data, err := runtime.Encode(unstructured.UnstructuredJSONScheme, obj)
+	if err != nil {
+		return err
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.config).Resource(mapping.Resource)
+	opts := metav1.PatchOptions{FieldManager: "gleaner-install", FieldValidation: "Strict", Force: new(true)}
+	if ns := obj.GetNamespace(); ns != "" {
+		_, err = dyn.Namespace(ns).Patch(ctx, obj.GetName(), types.ApplyPatchType, data, opts)
+	} else {
+		_, err = dyn.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// TestInstall applies the rendered install YAML to an apiserver that enforces
+// RBAC, checks each ServiceAccount's permissions by impersonating it, and runs
+// two replicas of each component, as real processes with their own
+// ServiceAccount tokens, from the rendered ConfigMap and flags.
+func TestInstall(t *testing.T) {
+	cp := startControlPlane(t, "--authorization-mode=RBAC")
+	ctx := context.Background()
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
+	objs := renderInstall(t)
+	// Namespaces first, as kubectl orders them.
+	for _, pass := range []bool{true, false} {
+		for _, obj := range objs {
+			if (obj.GetKind() == "Namespace") == pass {
+				if err := applyStrict(ctx, cp, mapper, obj); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	t.Logf("applied %d rendered objects", len(objs))
+
+	t.Run("strict validation is real", func(t *testing.T) {
+		for _, obj := range objs {
+			if obj.GetKind() != "Deployment" {
+				continue
+			}
+			bad := obj.DeepCopy()
+			if err := unstructured.SetNestedField(bad.Object, int64(1), "spec", "replica"); err != nil {
+				t.Fatal(err)
+			}
+			err := applyStrict(ctx, cp, mapper, bad)
+			if err == nil || !strings.Contains(err.Error(), "replica") {
+				t.Fatalf("a Deployment with the misspelt field spec.replica was accepted (err %v)", err)
+			}
+			return
+		}
+		t.Fatal("no Deployment rendered")
+	})
+
+	t.Run("least privilege", func(t *testing.T) {
+		type check struct {
+			verb, group, resource, subresource, namespace, name string
+			allowed                                             bool
+		}
+		// Both must not touch Secrets anywhere.
+		noSecrets := []check{
+			{"get", "", "secrets", "", api.SystemNamespace, "", false},
+			{"list", "", "secrets", "", "", "", false},
+			{"watch", "", "secrets", "", "kube-system", "", false},
+		}
+		components := map[string][]check{
+			"gleaner-scheduler": append([]check{
+				{"create", "", "pods", "binding", "research", "", true},
+				{"delete", "", "pods", "", "research", "", true},
+				{"patch", "", "pods", "status", "research", "", true},
+				{"list", "", "nodes", "", "", "", true},
+				{"create", "events.k8s.io", "events", "", "research", "", true},
+				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, "gleaner-scheduler", true},
+				{"watch", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, true},
+				{"get", "", "configmaps", "", "kube-system", "extension-apiserver-authentication", true},
+				// Not its objects:
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, false},
+				{"update", "coordination.k8s.io", "leases", "", "kube-system", "kube-scheduler", false},
+				{"patch", "", "nodes", "", "", "", false},
+				{"delete", "", "nodes", "", "", "", false},
+				{"update", "apps", "deployments", "", api.SystemNamespace, "gleaner-controller", false},
+				{"update", "", "configmaps", "", api.SystemNamespace, "", false},
+				{"create", "", "pods", "eviction", "research", "", false},
+			}, noSecrets...),
+			"gleaner-controller": append([]check{
+				{"patch", "", "nodes", "", "", "gpu-a", true},
+				{"watch", "", "pods", "", "", "", true},
+				{"create", "", "pods", "eviction", "research", "", true},
+				{"create", "", "events", "", "research", "", true},
+				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, true},
+				// Reclaims only through evictions; never binds, deletes or edits pods.
+				{"delete", "", "pods", "", "research", "", false},
+				{"patch", "", "pods", "", "research", "", false},
+				{"create", "", "pods", "binding", "research", "", false},
+				{"delete", "", "nodes", "", "", "", false},
+				{"update", "", "nodes", "status", "", "gpu-a", false},
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, "gleaner-scheduler", false},
+				{"update", "", "configmaps", "", api.SystemNamespace, "", false},
+			}, noSecrets...),
+		}
+		for sa, checks := range components {
+			impersonated := rest.CopyConfig(cp.config)
+			impersonated.Impersonate = rest.ImpersonationConfig{
+				UserName: "system:serviceaccount:" + api.SystemNamespace + ":" + sa,
+				Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + api.SystemNamespace, "system:authenticated"},
+			}
+			client := kubernetes.NewForConfigOrDie(impersonated)
+			for _, c := range checks {
+				review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.subresource, Namespace: c.namespace, Name: c.name,
+					}},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("%s: SelfSubjectAccessReview: %v", sa, err)
+				}
+				if review.Status.Allowed != c.allowed {
+					t.Errorf("%s may %s %s/%s %s in %q named %q: %v, want %v", sa, c.verb, c.resource, c.subresource, c.group, c.namespace, c.name, review.Status.Allowed, c.allowed)
+				}
+			}
+		}
+	})
+
+	t.Run("components come up healthy and fail over", func(t *testing.T) {
+		bin := buildCommands(t, "gleaner-scheduler", "gleaner-controller")
+		for _, component := range []string{"gleaner-scheduler", "gleaner-controller"} {
+			t.Run(component, func(t *testing.T) {
+				deployment := renderedDeployment(t, objs, component)
+				kubeconfig := serviceAccountKubeconfig(t, cp, component)
+				start := func(name string) *process {
+					args, healthURL := processArgs(t, objs, deployment, kubeconfig)
+					p := startProcess(t, name, filepath.Join(bin, component), args...)
+					waitHealthy(t, p, healthURL)
+					return p
+				}
+				first := start(component + "-0")
+				leader := waitLeaseHolder(t, cp, component, "", 30*time.Second)
+				second := start(component + "-1")
+				if holder := leaseHolder(t, cp, component); holder != leader {
+					t.Fatalf("lease moved from %s to %s when a second replica started", leader, holder)
+				}
+				leaseDuration := 15 * time.Second
+				stopped := time.Now()
+				first.stop(t)
+				next := waitLeaseHolder(t, cp, component, leader, leaseDuration)
+				t.Logf("%s: %s took over %v after the leader stopped (lease duration %v)", component, next, time.Since(stopped).Round(time.Millisecond), leaseDuration)
+				if second.exited() {
+					t.Fatalf("the standby replica exited: %s", second.output())
+				}
+				// Every informer has listed by now: a missing permission shows up as "forbidden".
+				for _, p := range []*process{first, second} {
+					if out := p.output(); strings.Contains(out, "forbidden") {
+						t.Errorf("%s ran into missing RBAC permissions:\n%s", p.name, out)
+					}
+				}
+			})
+		}
+	})
+}
+
+// renderedDeployment finds a component's Deployment in the rendered objects.
+func renderedDeployment(t *testing.T, objs []*unstructured.Unstructured, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, obj := range objs {
+		if obj.GetKind() == "Deployment" && obj.GetName() == name {
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			return &d
+		}
+	}
+	t.Fatalf("no Deployment %s rendered", name)
+	return nil
+}
+
+// processArgs turns a rendered container's args into a local process's: files
+// mounted from ConfigMaps are written to disk (with the kubeconfig the pod
+// would get in-cluster), and ports are made free ones. It returns the args and
+// the URL of the process's /healthz.
+func processArgs(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment, kubeconfig string) ([]string, string) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	dir := t.TempDir()
+	port := freePort(t)
+	var args []string
+	scheme := "http"
+	for _, a := range c.Args {
+		name, value, _ := strings.Cut(a, "=")
+		switch name {
+		case "--config":
+			args = append(args, "--config="+writeMountedConfig(t, objs, d, value, kubeconfig, dir))
+			continue
+		case "--secure-port":
+			scheme = "https"
+			value = fmt.Sprint(port)
+		case "--bind-address":
+			value = fmt.Sprintf("127.0.0.1:%d", port)
+		case "--cert-dir":
+			value = dir
+		}
+		args = append(args, name+"="+value)
+	}
+	if d.Name == "gleaner-controller" {
+		args = append(args, "--kubeconfig="+kubeconfig)
+	}
+	return args, fmt.Sprintf("%s://127.0.0.1:%d/healthz", scheme, port)
+}
+
+// writeMountedConfig writes the ConfigMap file the container reads at path,
+// pointing its clientConnection at kubeconfig, and returns the file's path.
+func writeMountedConfig(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment, path, kubeconfig, dir string) string {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, m.MountPath+"/") {
+			continue
+		}
+		for _, vol := range d.Spec.Template.Spec.Volumes {
+			if vol.Name != m.Name || vol.ConfigMap == nil {
+				continue
+			}
+			for _, obj := range objs {
+				if obj.GetKind() != "ConfigMap" || obj.GetName() != vol.ConfigMap.Name {
+					continue
+				}
+				data, _, _ := unstructured.NestedStringMap(obj.Object, "data")
+				raw, ok := data[strings.TrimPrefix(path, m.MountPath+"/")]
+				if !ok {
+					t.Fatalf("ConfigMap %s has no key for %s", obj.GetName(), path)
+				}
+				var doc map[string]any
+				if err := yaml.Unmarshal([]byte(raw), &doc); err != nil {
+					t.Fatal(err)
+				}
+				doc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
+				out, _ := yaml.Marshal(doc)
+				file := filepath.Join(dir, "config.yaml")
+				if err := os.WriteFile(file, out, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return file
+			}
+		}
+	}
+	t.Fatalf("%s is not mounted from a rendered ConfigMap", path)
+	return ""
+}
+
+// serviceAccountKubeconfig writes a kubeconfig holding a token of the
+// component's ServiceAccount, so the process runs with exactly its RBAC.
+func serviceAccountKubeconfig(t *testing.T, cp *controlPlane, sa string) string {
+	t.Helper()
+	tr, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s: %v", sa, err)
+	}
+	cfg := &rest.Config{Host: cp.config.Host, BearerToken: tr.Status.Token}
+	cfg.TLSClientConfig = rest.TLSClientConfig{CAData: cp.config.TLSClientConfig.CAData, CAFile: cp.config.TLSClientConfig.CAFile, ServerName: cp.config.TLSClientConfig.ServerName}
+	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
+	writeKubeconfig(t, cfg, path)
+	return path
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// buildCommands builds the named commands once into a temporary directory.
+func buildCommands(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + "/"}
+	for _, n := range names {
+		args = append(args, "./cmd/"+n)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return dir
+}
+
+// process is a component running as a child process.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+// output is everything the process wrote to stdout and stderr.
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM, as the kubelet does, and waits for the process to exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("%s did not stop within 20s of SIGTERM", p.name)
+	}
+}
+
+func startProcess(t *testing.T, name, binary string, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if out := p.output(); t.Failed() {
+			if len(out) > 4000 {
+				out = "..." + out[len(out)-4000:]
+			}
+			t.Logf("%s output (tail):\n%s", name, out)
+		}
+	})
+	return p
+}
+
+func waitHealthy(t *testing.T, p *process, url string) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		// The scheduler serves a self-signed certificate.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	eventually(t, 60*time.Second, p.name+" to report healthy at "+url, func(context.Context) (bool, error) {
+		if p.exited() {
+			return false, fmt.Errorf("%s exited:\n%s", p.name, p.output())
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func leaseHolder(t *testing.T, cp *controlPlane, name string) string {
+	t.Helper()
+	lease, err := cp.client.CoordinationV1().Leases(api.SystemNamespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// waitLeaseHolder waits until the Lease is held by someone other than not.
+func waitLeaseHolder(t *testing.T, cp *controlPlane, name, not string, timeout time.Duration) string {
+	t.Helper()
+	var holder string
+	eventually(t, timeout, "lease "+name+" to be held by a replica other than "+fmt.Sprintf("%q", not), func(context.Context) (bool, error) {
+		holder = leaseHolder(t, cp, name)
+		return holder != "" && holder != not, nil
+	})
+	return holder
+}
