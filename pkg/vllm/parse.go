@@ -5,6 +5,7 @@
 package vllm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -16,17 +17,23 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// vLLM metric and label names (V1, 2025-2026; gpu_cache_usage_perc up to 0.10).
+// vLLM metric and label names: V1 (2025-2026) first, then the older name
+// read only when the V1 one is absent.
 const (
 	metricRunning          = "vllm:num_requests_running"
 	metricWaiting          = "vllm:num_requests_waiting"
 	metricKVCacheUsage     = "vllm:kv_cache_usage_perc"
-	metricGPUCacheUsage    = "vllm:gpu_cache_usage_perc"
+	metricGPUCacheUsage    = "vllm:gpu_cache_usage_perc" // up to vLLM 0.10
 	metricPromptTokens     = "vllm:prompt_tokens_total"
 	metricGenerationTokens = "vllm:generation_tokens_total"
+	metricPreemptions      = "vllm:num_preemptions_total"
 
-	labelEngine = "engine"
-	labelModel  = "model_name"
+	metricQueueTime          = "vllm:request_queue_time_seconds"
+	metricTimeToFirstToken   = "vllm:time_to_first_token_seconds"
+	metricInterTokenLatency  = "vllm:inter_token_latency_seconds"
+	metricTimePerOutputToken = "vllm:time_per_output_token_seconds" // older name of inter_token_latency_seconds
+	labelEngine              = "engine"
+	labelModel               = "model_name"
 )
 
 // Metrics is one parsed vLLM /metrics exposition.
@@ -36,85 +43,245 @@ type Metrics struct {
 	KVCacheUsage float64  // vllm:kv_cache_usage_perc (0..1) averaged over engines; fallback vllm:gpu_cache_usage_perc; 0 if neither
 	Engines      int      // distinct `engine` label values (1 when the label is absent)
 	Models       []string // sorted distinct model_name values
-	// Counters, summed over engines; consumers derive token rates from deltas between scrapes.
+	// Counters, summed over engines; the Informer derives rates from deltas between scrapes (see Rates).
 	PromptTokensTotal     float64 // vllm:prompt_tokens_total
 	GenerationTokensTotal float64 // vllm:generation_tokens_total
+	PreemptionsTotal      float64 // vllm:num_preemptions_total
+	// Latency histograms since the server started, buckets summed over engines;
+	// empty when the server does not expose them.
+	QueueTime         Histogram // vllm:request_queue_time_seconds
+	TimeToFirstToken  Histogram // vllm:time_to_first_token_seconds
+	InterTokenLatency Histogram // vllm:inter_token_latency_seconds; fallback vllm:time_per_output_token_seconds
 }
+
+// Histogram is a cumulative Prometheus histogram: Counts[i] observations were
+// at most Bounds[i]. Bounds ascend and, when not empty, end with +Inf, whose
+// count equals Count.
+type Histogram struct {
+	Bounds []float64
+	Counts []float64
+	Count  float64 // observations
+	Sum    float64 // sum of observed values
+}
+
+// clone returns a copy that shares no memory with h.
+func (h Histogram) clone() Histogram {
+	h.Bounds = slices.Clone(h.Bounds)
+	h.Counts = slices.Clone(h.Counts)
+	return h
+}
+
+func (m Metrics) clone() Metrics {
+	m.Models = slices.Clone(m.Models)
+	m.QueueTime = m.QueueTime.clone()
+	m.TimeToFirstToken = m.TimeToFirstToken.clone()
+	m.InterTokenLatency = m.InterTokenLatency.clone()
+	return m
+}
+
+// ErrNotVLLM: the exposition parsed but has none of vLLM's load metrics.
+var ErrNotVLLM = errors.New("not a vLLM metrics endpoint")
 
 // Parse reads one Prometheus text exposition from a vLLM server. It fails when
 // the text is malformed, when a value Gleaner reads is negative or not finite,
-// or when the exposition has neither vllm:num_requests_running nor
-// vllm:num_requests_waiting (the endpoint is not vLLM, or the scrape is
-// truncated before them). On error the returned Metrics is zero.
+// when a histogram's buckets are inconsistent, or when the exposition has
+// neither vllm:num_requests_running nor vllm:num_requests_waiting (ErrNotVLLM:
+// the endpoint is not vLLM, or the scrape is truncated before them). On error
+// the returned Metrics is zero: a partly read exposition must not look idle.
 func Parse(r io.Reader) (Metrics, error) {
 	families, err := parseText(r)
 	if err != nil {
 		return Metrics{}, err
 	}
 	if families[metricRunning] == nil && families[metricWaiting] == nil {
-		return Metrics{}, fmt.Errorf("not a vLLM metrics endpoint: neither %s nor %s is present (%d other metric families)",
-			metricRunning, metricWaiting, len(families))
+		return Metrics{}, fmt.Errorf("%w: neither %s nor %s is present (%d other metric families)",
+			ErrNotVLLM, metricRunning, metricWaiting, len(families))
 	}
+	p := parsed{families: families, engines: map[string]bool{}, models: map[string]bool{}}
 
 	var m Metrics
-	engines := map[string]bool{}
-	models := map[string]bool{}
-	// sum adds up a family's samples and notes which engines and models it covers.
-	// Families are looked up by exact name, so `_created` series never count.
-	sum := func(name string) (total float64, n int, err error) {
-		mf := families[name]
-		if mf == nil {
-			return 0, 0, nil
-		}
-		for _, metric := range mf.GetMetric() {
-			v, err := sampleValue(mf, metric)
-			if err != nil {
-				return 0, 0, err
-			}
-			total += v
-			n++
-			engines[labelValue(metric, labelEngine)] = true
-			if model := labelValue(metric, labelModel); model != "" {
-				models[model] = true
-			}
-		}
-		if math.IsInf(total, 0) {
-			return 0, 0, fmt.Errorf("vLLM metric %s overflows when summed over its %d series", name, n)
-		}
-		return total, n, nil
-	}
-
-	if m.Running, _, err = sum(metricRunning); err != nil {
+	if m.Running, _, err = p.sum(metricRunning); err != nil {
 		return Metrics{}, err
 	}
-	if m.Waiting, _, err = sum(metricWaiting); err != nil {
+	if m.Waiting, _, err = p.sum(metricWaiting); err != nil {
 		return Metrics{}, err
 	}
-	kvName := metricKVCacheUsage
-	if families[kvName] == nil {
-		kvName = metricGPUCacheUsage
-	}
-	kvTotal, kvSeries, err := sum(kvName)
+	kvTotal, kvSeries, err := p.sum(p.first(metricKVCacheUsage, metricGPUCacheUsage))
 	if err != nil {
 		return Metrics{}, err
 	}
 	if kvSeries > 0 {
 		m.KVCacheUsage = kvTotal / float64(kvSeries)
 	}
-	if m.PromptTokensTotal, _, err = sum(metricPromptTokens); err != nil {
+	if m.PromptTokensTotal, _, err = p.sum(metricPromptTokens); err != nil {
 		return Metrics{}, err
 	}
-	if m.GenerationTokensTotal, _, err = sum(metricGenerationTokens); err != nil {
+	if m.GenerationTokensTotal, _, err = p.sum(metricGenerationTokens); err != nil {
+		return Metrics{}, err
+	}
+	if m.PreemptionsTotal, _, err = p.sum(metricPreemptions); err != nil {
+		return Metrics{}, err
+	}
+	if m.QueueTime, err = p.histogram(metricQueueTime); err != nil {
+		return Metrics{}, err
+	}
+	if m.TimeToFirstToken, err = p.histogram(metricTimeToFirstToken); err != nil {
+		return Metrics{}, err
+	}
+	if m.InterTokenLatency, err = p.histogram(p.first(metricInterTokenLatency, metricTimePerOutputToken)); err != nil {
 		return Metrics{}, err
 	}
 
 	// Series without an engine label land under "", so a pre-V1 server counts as one engine.
-	m.Engines = len(engines)
-	for model := range models {
+	m.Engines = len(p.engines)
+	for model := range p.models {
 		m.Models = append(m.Models, model)
 	}
 	slices.Sort(m.Models)
 	return m, nil
+}
+
+// parsed holds one exposition's families and notes which engines and models
+// the series Gleaner reads cover. Families are looked up by exact name, so
+// `_created` series never count.
+type parsed struct {
+	families map[string]*dto.MetricFamily
+	engines  map[string]bool
+	models   map[string]bool
+}
+
+// first returns the first of names the exposition has, else the last: the
+// newest vLLM name is preferred and an older one read only in its absence.
+func (p *parsed) first(names ...string) string {
+	for _, name := range names {
+		if p.families[name] != nil {
+			return name
+		}
+	}
+	return names[len(names)-1]
+}
+
+func (p *parsed) note(metric *dto.Metric) {
+	p.engines[labelValue(metric, labelEngine)] = true
+	if model := labelValue(metric, labelModel); model != "" {
+		p.models[model] = true
+	}
+}
+
+// sum adds up a gauge or counter family's samples; n is how many series it has.
+func (p *parsed) sum(name string) (total float64, n int, err error) {
+	mf := p.families[name]
+	if mf == nil {
+		return 0, 0, nil
+	}
+	for _, metric := range mf.GetMetric() {
+		v, err := sampleValue(mf, metric)
+		if err != nil {
+			return 0, 0, err
+		}
+		total += v
+		n++
+		p.note(metric)
+	}
+	if math.IsInf(total, 0) {
+		return 0, 0, fmt.Errorf("vLLM metric %s overflows when summed over its %d series", name, n)
+	}
+	return total, n, nil
+}
+
+// histogram sums a histogram family's series (one per engine) bucket by
+// bucket. Absent, it is the zero Histogram.
+func (p *parsed) histogram(name string) (Histogram, error) {
+	mf := p.families[name]
+	if mf == nil {
+		return Histogram{}, nil
+	}
+	if mf.GetType() != dto.MetricType_HISTOGRAM {
+		return Histogram{}, fmt.Errorf("vLLM metric %s has type %s, want histogram", name, mf.GetType())
+	}
+	var total Histogram
+	for i, metric := range mf.GetMetric() {
+		h, err := seriesHistogram(name, metric)
+		if err != nil {
+			return Histogram{}, err
+		}
+		p.note(metric)
+		if i == 0 {
+			total = h
+			continue
+		}
+		// vLLM gives every engine the same buckets; summing different layouts
+		// would need guessing how observations spread inside buckets.
+		if !slices.Equal(total.Bounds, h.Bounds) {
+			return Histogram{}, fmt.Errorf("vLLM histogram %s%s has buckets %v, but an earlier series has %v; series can only be summed with equal buckets",
+				name, formatLabels(metric), h.Bounds, total.Bounds)
+		}
+		for j := range total.Counts {
+			total.Counts[j] += h.Counts[j]
+		}
+		total.Count += h.Count
+		total.Sum += h.Sum
+	}
+	if math.IsInf(total.Count, 0) || math.IsInf(total.Sum, 0) {
+		return Histogram{}, fmt.Errorf("vLLM histogram %s overflows when summed over its %d series", name, len(mf.GetMetric()))
+	}
+	return total, nil
+}
+
+// seriesHistogram checks one histogram series and puts it in the Histogram
+// shape: ascending bounds ending with +Inf. A series without a +Inf bucket
+// (as in vLLM's own docs) gets one holding _count.
+func seriesHistogram(name string, metric *dto.Metric) (Histogram, error) {
+	dh := metric.GetHistogram()
+	where := name + formatLabels(metric)
+	bad := func(format string, args ...any) (Histogram, error) {
+		return Histogram{}, fmt.Errorf("vLLM histogram %s: "+format, append([]any{where}, args...)...)
+	}
+	var h Histogram
+	h.Bounds = make([]float64, 0, len(dh.GetBucket())+1)
+	h.Counts = make([]float64, 0, len(dh.GetBucket())+1)
+	for _, b := range dh.GetBucket() {
+		bound := b.GetUpperBound()
+		count := float64(b.GetCumulativeCount())
+		if b.CumulativeCountFloat != nil {
+			count = b.GetCumulativeCountFloat()
+		}
+		switch {
+		case math.IsNaN(bound):
+			return bad("bucket bound le=NaN")
+		case len(h.Bounds) > 0 && bound <= h.Bounds[len(h.Bounds)-1]:
+			return bad("bucket le=%g follows le=%g; bounds must ascend", bound, h.Bounds[len(h.Bounds)-1])
+		case math.IsNaN(count) || math.IsInf(count, 0) || count < 0:
+			return bad("bucket le=%g has count %v, want a finite non-negative number", bound, count)
+		case len(h.Counts) > 0 && count < h.Counts[len(h.Counts)-1]:
+			return bad("bucket le=%g has count %v, below the %v of the bucket before; counts must be cumulative", bound, count, h.Counts[len(h.Counts)-1])
+		}
+		h.Bounds = append(h.Bounds, bound)
+		h.Counts = append(h.Counts, count)
+	}
+	h.Count = float64(dh.GetSampleCount())
+	if dh.SampleCountFloat != nil {
+		h.Count = dh.GetSampleCountFloat()
+	}
+	h.Sum = dh.GetSampleSum()
+	if math.IsNaN(h.Count) || math.IsInf(h.Count, 0) || h.Count < 0 {
+		return bad("_count is %v, want a finite non-negative number", h.Count)
+	}
+	if math.IsNaN(h.Sum) || math.IsInf(h.Sum, 0) || h.Sum < 0 {
+		return bad("_sum is %v, want a finite non-negative number", h.Sum)
+	}
+	n := len(h.Bounds)
+	switch {
+	case n > 0 && math.IsInf(h.Bounds[n-1], +1):
+		// The +Inf bucket is the count; _count may be missing (read as 0).
+		h.Count = h.Counts[n-1]
+	case n > 0 && h.Count < h.Counts[n-1]:
+		return bad("_count is %v, below its largest bucket (%v); the histogram is incomplete", h.Count, h.Counts[n-1])
+	default:
+		h.Bounds = append(h.Bounds, math.Inf(+1))
+		h.Counts = append(h.Counts, h.Count)
+	}
+	return h, nil
 }
 
 // parseText runs expfmt's text parser. A scrape body is untrusted input, and

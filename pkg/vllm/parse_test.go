@@ -50,17 +50,21 @@ func dropElisions(s string) string {
 func TestParseFixtures(t *testing.T) {
 	tests := []struct {
 		file      string
+		variant   string // names a transform in the subtest name
 		transform func(string) string
 		want      Metrics
 		wantErr   string // substring; empty means success
 	}{
 		{
-			// vLLM V1 with engine labels, _created gauges and a trailing HELP without samples.
+			// vLLM V1 with engine labels and _created gauges (1.78e9, which must
+			// not be added to any counter). Captured truncated: it ends with a
+			// HELP line without samples, and the histograms are cut off.
 			file: "vllm-v1-2026-kserve-head40.txt",
 			want: Metrics{Engines: 1, Models: []string{"llama-vllm-single"}},
 		},
 		{
-			// Pre-V1: gpu_cache_usage_perc, no engine label.
+			// Pre-V1: gpu_cache_usage_perc, no engine label, and a histogram
+			// (iteration_tokens_total, not read) cut off before its +Inf bucket.
 			file: "aibrix-docs-runtime-vllm-v0-engine.txt",
 			want: Metrics{
 				Engines:               1,
@@ -70,34 +74,96 @@ func TestParseFixtures(t *testing.T) {
 			},
 		},
 		{
-			// The "..." elisions are not exposition format.
-			file:    "vllm-docs-design-metrics-example.txt",
-			wantErr: "line 4: invalid metric name",
+			// The same with load, to see the fallback name is read.
+			file:    "aibrix-docs-runtime-vllm-v0-engine.txt",
+			variant: "with-load",
+			transform: func(s string) string {
+				return strings.NewReplacer(
+					`vllm:gpu_cache_usage_perc{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 0.0`,
+					`vllm:gpu_cache_usage_perc{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 0.37`,
+					`vllm:num_requests_waiting{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 0.0`,
+					`vllm:num_requests_waiting{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 5.0`,
+					`vllm:num_preemptions_total{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 0.0`,
+					`vllm:num_preemptions_total{model_name="Qwen/Qwen2.5-Coder-1.5B-Instruct"} 2.0`,
+				).Replace(s)
+			},
+			want: Metrics{
+				Waiting:               5,
+				KVCacheUsage:          0.37,
+				Engines:               1,
+				Models:                []string{"Qwen/Qwen2.5-Coder-1.5B-Instruct"},
+				PromptTokensTotal:     148,
+				GenerationTokensTotal: 955,
+				PreemptionsTotal:      2,
+			},
 		},
 		{
+			// The "..." elisions are not exposition format: a clear error, no partial data.
+			file:    "vllm-docs-design-metrics-example.txt",
+			wantErr: "text format parsing error in line 4: invalid metric name",
+		},
+		{
+			// Without them: a TTFT histogram with neither +Inf bucket nor _sum.
 			file:      "vllm-docs-design-metrics-example.txt",
+			variant:   "elisions-removed",
 			transform: dropElisions,
 			want: Metrics{
 				Running:               8,
 				Engines:               1,
 				Models:                []string{"meta-llama/Llama-3.1-8B-Instruct"},
 				GenerationTokensTotal: 27453,
+				TimeToFirstToken: Histogram{
+					Bounds: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, math.Inf(1)},
+					Counts: []float64{0, 0, 0, 13, 97, 123, 138, 140, 140},
+					Count:  140,
+				},
 			},
 		},
 	}
 	for _, tc := range tests {
 		name := tc.file
-		if tc.transform != nil {
-			name += "/elisions-removed"
+		if tc.variant != "" {
+			name += "/" + tc.variant
 		}
 		t.Run(name, func(t *testing.T) {
 			text := readFixture(t, tc.file)
 			if tc.transform != nil {
-				text = tc.transform(text)
+				transformed := tc.transform(text)
+				if transformed == text {
+					t.Fatalf("transform %s changed nothing; has the fixture changed?", tc.variant)
+				}
+				text = transformed
 			}
 			got, err := Parse(strings.NewReader(text))
 			checkParse(t, got, err, tc.want, tc.wantErr)
 		})
+	}
+}
+
+// TestParseFixtureLatency reads a quantile off the docs example's lifetime
+// TTFT histogram: rank 70 of 140 falls in (0.02, 0.04], 57 of its 84
+// observations in: 0.02 + 0.02*57/84.
+func TestParseFixtureLatency(t *testing.T) {
+	m, err := Parse(strings.NewReader(dropElisions(readFixture(t, "vllm-docs-design-metrics-example.txt"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.TimeToFirstToken.Quantile(0.5), 0.02+0.02*57.0/84; math.Abs(got-want) > 1e-12 {
+		t.Errorf("TTFT median = %v, want %v", got, want)
+	}
+	// Rank 139 of 140 lies in the last finite bucket (0.08, 0.1]: 138 below, 2 in it.
+	if got, want := m.TimeToFirstToken.Quantile(0.99), 0.08+0.02*(138.6-138)/2; math.Abs(got-want) > 1e-12 {
+		t.Errorf("TTFT p99 = %v, want %v", got, want)
+	}
+}
+
+// TestParseTruncatedFixtureIsTruncated guards the premise of the head40 case:
+// the capture ends after a HELP line whose samples are missing.
+func TestParseTruncatedFixtureIsTruncated(t *testing.T) {
+	text := strings.TrimRight(readFixture(t, "vllm-v1-2026-kserve-head40.txt"), "\n")
+	last := text[strings.LastIndex(text, "\n")+1:]
+	if !strings.HasPrefix(last, "# HELP vllm:request_success_total") {
+		t.Errorf("last line %q: the fixture is no longer cut off after a HELP line", last)
 	}
 }
 
@@ -169,6 +235,134 @@ vllm:kv_cache_usage_perc 0.9
 vllm:gpu_cache_usage_perc 0.1
 `,
 			want: Metrics{Waiting: 4, KVCacheUsage: 0.9, Engines: 1},
+		},
+		{
+			name: "histograms summed over engines bucket by bucket, _created ignored, preemptions summed",
+			text: `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 1
+vllm:num_requests_running{engine="1",model_name="m"} 1
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 4
+vllm:num_preemptions_total{engine="1",model_name="m"} 3
+# TYPE vllm:num_preemptions_created gauge
+vllm:num_preemptions_created{engine="0",model_name="m"} 1.7e+09
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 3.5
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.3",model_name="m"} 5
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.5",model_name="m"} 7
+vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 10
+vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 10
+vllm:request_queue_time_seconds_sum{engine="1",model_name="m"} 1.5
+vllm:request_queue_time_seconds_bucket{engine="1",le="0.3",model_name="m"} 1
+vllm:request_queue_time_seconds_bucket{engine="1",le="0.5",model_name="m"} 2
+vllm:request_queue_time_seconds_bucket{engine="1",le="+Inf",model_name="m"} 2
+vllm:request_queue_time_seconds_count{engine="1",model_name="m"} 2
+# TYPE vllm:request_queue_time_seconds_created gauge
+vllm:request_queue_time_seconds_created{engine="0",model_name="m"} 1.7e+09
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 2
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 2
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.1
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="m"} 1
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"} 4
+vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 4
+vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 2
+`,
+			want: Metrics{Running: 2, Engines: 2, Models: []string{"m"}, PreemptionsTotal: 7,
+				QueueTime:        Histogram{Bounds: []float64{0.3, 0.5, math.Inf(1)}, Counts: []float64{6, 9, 12}, Count: 12, Sum: 5},
+				TimeToFirstToken: Histogram{Bounds: []float64{0.1, math.Inf(1)}, Counts: []float64{3, 6}, Count: 6, Sum: 2.1}},
+		},
+		{
+			name: "inter_token_latency_seconds wins over time_per_output_token_seconds",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{le="0.05"} 9
+vllm:inter_token_latency_seconds_bucket{le="+Inf"} 10
+vllm:inter_token_latency_seconds_count 10
+vllm:inter_token_latency_seconds_sum 0.4
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.05"} 1
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 1
+vllm:time_per_output_token_seconds_count 1
+vllm:time_per_output_token_seconds_sum 0.01
+`,
+			want: Metrics{Engines: 1,
+				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{9, 10}, Count: 10, Sum: 0.4}},
+		},
+		{
+			name: "older vLLM: time_per_output_token_seconds fallback",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.05"} 1
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 3
+vllm:time_per_output_token_seconds_count 3
+vllm:time_per_output_token_seconds_sum 0.3
+`,
+			want: Metrics{Engines: 1,
+				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{1, 3}, Count: 3, Sum: 0.3}},
+		},
+		{
+			name: "histogram series without a TYPE line are not a histogram, and not read",
+			text: "vllm:num_requests_running 0\nvllm:request_queue_time_seconds_bucket{le=\"+Inf\"} 3\nvllm:request_queue_time_seconds_count 3\n",
+			want: Metrics{Engines: 1},
+		},
+		{
+			name: "engines with different buckets cannot be summed",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1"} 1
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 1
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.2"} 1
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 1
+`,
+			wantErr: `vLLM histogram vllm:time_to_first_token_seconds{engine="1"} has buckets [0.2 +Inf], but an earlier series has [0.1 +Inf]`,
+		},
+		{
+			name: "bucket counts that are not cumulative",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{le="0.1"} 5
+vllm:request_queue_time_seconds_bucket{le="0.2"} 4
+vllm:request_queue_time_seconds_bucket{le="+Inf"} 5
+`,
+			wantErr: "bucket le=0.2 has count 4, below the 5 of the bucket before",
+		},
+		{
+			name: "_count below the largest bucket, no +Inf bucket",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{le="0.1"} 5
+vllm:request_queue_time_seconds_count 2
+`,
+			wantErr: "_count is 2, below its largest bucket (5)",
+		},
+		{
+			name: "NaN bucket count",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{le="+Inf"} NaN
+`,
+			wantErr: "bucket le=+Inf has count NaN",
+		},
+		{
+			name: "negative _sum",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{le="+Inf"} 1
+vllm:request_queue_time_seconds_sum -1
+`,
+			wantErr: "_sum is -1",
+		},
+		{
+			name:    "a latency histogram typed as gauge",
+			text:    "vllm:num_requests_running 0\n# TYPE vllm:time_to_first_token_seconds gauge\nvllm:time_to_first_token_seconds 0.2\n",
+			wantErr: "vllm:time_to_first_token_seconds has type GAUGE, want histogram",
+		},
+		{
+			name:    "NaN preemptions",
+			text:    "vllm:num_requests_running 0\nvllm:num_preemptions_total NaN\n",
+			wantErr: "vllm:num_preemptions_total has value NaN",
 		},
 		{
 			name:    "missing load metrics: not vLLM",
@@ -243,6 +437,41 @@ func checkParse(t *testing.T, got Metrics, err error, want Metrics, wantErr stri
 	}
 }
 
+// checkHistogramShape asserts what consumers of a parsed Histogram rely on.
+func checkHistogramShape(t *testing.T, name string, h Histogram) {
+	t.Helper()
+	if len(h.Bounds) == 0 {
+		if len(h.Counts) != 0 || h.Count != 0 || h.Sum != 0 {
+			t.Errorf("%s: no buckets but %+v", name, h)
+		}
+		return
+	}
+	n := len(h.Bounds)
+	if len(h.Counts) != n || !math.IsInf(h.Bounds[n-1], 1) || h.Counts[n-1] != h.Count {
+		t.Fatalf("%s: want equal lengths, a last +Inf bucket holding Count; got %+v", name, h)
+	}
+	for i := range h.Bounds {
+		if math.IsNaN(h.Counts[i]) || math.IsInf(h.Counts[i], 0) || h.Counts[i] < 0 {
+			t.Errorf("%s: bucket %d count %v", name, i, h.Counts[i])
+		}
+		if i > 0 && (h.Bounds[i] <= h.Bounds[i-1] || h.Counts[i] < h.Counts[i-1]) {
+			t.Errorf("%s: buckets not ascending or not cumulative at %d: %+v", name, i, h)
+		}
+	}
+	if math.IsNaN(h.Sum) || math.IsInf(h.Sum, 0) || h.Sum < 0 {
+		t.Errorf("%s: Sum %v", name, h.Sum)
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		v := h.Quantile(q)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Errorf("%s: quantile %v = %v, want finite", name, q, v)
+		}
+		if n > 1 && (v > h.Bounds[n-2] || (v < 0 && v < h.Bounds[0])) {
+			t.Errorf("%s: quantile %v = %v outside the finite buckets %v", name, q, v, h.Bounds)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	if dir, ok := fixtureDir(f); ok {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
@@ -259,6 +488,10 @@ func FuzzParse(f *testing.F) {
 	f.Add("vllm:num_requests_running{engine=\"0\"} 1\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:kv_cache_usage_perc{engine=\"1\"} 1e308\n")
 	f.Add("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} +Inf\n")
 	f.Add("{\"vllm:num_requests_running\"} 2\n")
+	f.Add("vllm:num_requests_running 1\n# TYPE vllm:time_to_first_token_seconds histogram\n" +
+		"vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.1\"} 2\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\"} 3\n" +
+		"vllm:time_to_first_token_seconds_bucket{engine=\"1\",le=\"0.1\"} 1\nvllm:time_to_first_token_seconds_count{engine=\"1\"} 4\n" +
+		"vllm:time_to_first_token_seconds_sum{engine=\"1\"} 1.5\n")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, text string) {
 		m, err := Parse(strings.NewReader(text))
@@ -270,6 +503,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if m.Engines < 1 {
 			t.Errorf("Engines = %d on success, want >= 1", m.Engines)
+		}
+		for name, h := range map[string]Histogram{"QueueTime": m.QueueTime, "TimeToFirstToken": m.TimeToFirstToken, "InterTokenLatency": m.InterTokenLatency} {
+			checkHistogramShape(t, name, h)
 		}
 		for name, v := range map[string]float64{
 			"Running": m.Running, "Waiting": m.Waiting, "KVCacheUsage": m.KVCacheUsage,
