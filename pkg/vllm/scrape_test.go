@@ -2,11 +2,17 @@ package vllm
 
 import (
 	"context"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -35,6 +41,7 @@ func TestScrape(t *testing.T) {
 		handler http.HandlerFunc
 		want    Metrics
 		wantErr string
+		reason  string
 	}{
 		{
 			name:    "good body",
@@ -54,12 +61,12 @@ func TestScrape(t *testing.T) {
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				http.Error(w, "engine dead", http.StatusInternalServerError)
 			},
-			wantErr: "HTTP status 500 Internal Server Error: engine dead",
+			wantErr: "HTTP status 500 Internal Server Error: engine dead", reason: ReasonHTTPStatus,
 		},
 		{
 			name:    "not found",
 			handler: http.NotFound,
-			wantErr: "HTTP status 404 Not Found",
+			wantErr: "HTTP status 404 Not Found", reason: ReasonHTTPStatus,
 		},
 		{
 			name:    "timeout",
@@ -70,7 +77,7 @@ func TestScrape(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			},
-			wantErr: "timeout after 50ms",
+			wantErr: "timeout after 50ms", reason: ReasonTimeout,
 		},
 		{
 			name:    "timeout while reading the body",
@@ -83,7 +90,7 @@ func TestScrape(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			},
-			wantErr: "timeout after 50ms",
+			wantErr: "timeout after 50ms", reason: ReasonTimeout,
 		},
 		{
 			name:    "body over the cap",
@@ -92,12 +99,54 @@ func TestScrape(t *testing.T) {
 				fmt.Fprint(w, good)
 				fmt.Fprint(w, strings.Repeat("# padding\n", 200))
 			},
-			wantErr: "body exceeds 1024 bytes",
+			wantErr: "body exceeds 1024 bytes", reason: ReasonBodyTooLarge,
+		},
+		{
+			name:    "body over the cap, announced by Content-Length",
+			scraper: Scraper{MaxBodyBytes: 1024},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "2048")
+				fmt.Fprint(w, strings.Repeat("# padding\n", 204)+"\n\n\n\n\n\n\n\n")
+			},
+			wantErr: "body exceeds 1024 bytes", reason: ReasonBodyTooLarge,
+		},
+		{
+			name: "garbage: the error quotes the line",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprint(w, "vllm:num_requests_running 1\n<html>oops</html>\n")
+			},
+			wantErr: `text format parsing error in line 2: invalid metric name (line 2 reads "<html>oops</html>")`, reason: ReasonParse,
+		},
+		{
+			name: "redirect is not followed",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, "http://192.0.2.1/metrics", http.StatusFound)
+			},
+			wantErr: "HTTP status 302 Found", reason: ReasonHTTPStatus,
+		},
+		{
+			name: "connection dropped without an answer",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+			},
+			wantErr: "EOF", reason: ReasonConnection,
+		},
+		{
+			name: "truncated body (Content-Length not met)",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "4096")
+				fmt.Fprint(w, "vllm:num_requests_running 1\n")
+				w.(http.Flusher).Flush()
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+			},
+			wantErr: "unexpected EOF", reason: ReasonConnection,
 		},
 		{
 			name:    "not vLLM",
 			handler: func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "up 1\n") },
-			wantErr: "not a vLLM metrics endpoint",
+			wantErr: "not a vLLM metrics endpoint", reason: ReasonNotVLLM,
 		},
 	}
 	for _, tc := range tests {
@@ -115,6 +164,10 @@ func TestScrape(t *testing.T) {
 				}
 				if !reflect.DeepEqual(got, Metrics{}) {
 					t.Errorf("Scrape returned data with its error: %+v", got)
+				}
+				var se *ScrapeError
+				if !errors.As(err, &se) || se.Reason != tc.reason || se.URL != url {
+					t.Errorf("Scrape error %#v, want a *ScrapeError with Reason %q and URL %s", err, tc.reason, url)
 				}
 				return
 			}
@@ -136,5 +189,119 @@ func TestScrapeCancelledIsNotTimeout(t *testing.T) {
 	_, err := (&Scraper{}).Scrape(ctx, srv.URL)
 	if err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("Scrape with a cancelled context: error = %v, want a cancellation that is not called a timeout", err)
+	}
+}
+
+// writeFile writes content to a new file in a test directory and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tlsServer serves exposition(1, 0, 0.5) over HTTPS to requests bearing token,
+// and returns it with a file holding its CA certificate.
+func tlsServer(t *testing.T, token string) (*httptest.Server, string) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, exposition(1, 0, 0.5))
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	return srv, writeFile(t, "ca.crt", string(ca))
+}
+
+func TestScrapeHTTPS(t *testing.T) {
+	srv, caFile := tlsServer(t, "s3cret")
+	tokenFile := writeFile(t, "token", "s3cret\n")
+	tests := []struct {
+		name    string
+		opts    ClientOptions
+		wantErr string
+		reason  string
+	}{
+		{name: "CA and token", opts: ClientOptions{CAFile: caFile, BearerTokenFile: tokenFile}},
+		{name: "wrong token", opts: ClientOptions{CAFile: caFile, BearerTokenFile: writeFile(t, "other", "guess")},
+			wantErr: "HTTP status 401 Unauthorized: unauthorized", reason: ReasonHTTPStatus},
+		{name: "CA unknown", opts: ClientOptions{BearerTokenFile: tokenFile},
+			wantErr: "certificate signed by unknown authority", reason: ReasonConnection},
+		{name: "server name not in the certificate", opts: ClientOptions{CAFile: caFile, TLSServerName: "vllm.serving.svc", BearerTokenFile: tokenFile},
+			wantErr: "vllm.serving.svc", reason: ReasonConnection},
+		{name: "verification skipped", opts: ClientOptions{InsecureSkipTLSVerify: true, BearerTokenFile: tokenFile}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client, err := NewHTTPClient(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := (&Scraper{Client: client}).Scrape(context.Background(), srv.URL+"/metrics")
+			if tc.wantErr == "" {
+				if err != nil || m.Running != 1 {
+					t.Fatalf("Scrape = %+v, %v; want Running 1", m, err)
+				}
+				return
+			}
+			var se *ScrapeError
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &se) || se.Reason != tc.reason {
+				t.Fatalf("Scrape error = %v, want a %s error containing %q", err, tc.reason, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestNewHTTPClientErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		opts    ClientOptions
+		wantErr string
+	}{
+		{name: "missing CA file", opts: ClientOptions{CAFile: filepath.Join(dir, "nope.crt")}, wantErr: "reading the CA file for scraping vLLM over HTTPS"},
+		{name: "CA file without PEM", opts: ClientOptions{CAFile: writeFile(t, "ca.crt", "hello")}, wantErr: "holds no PEM certificate"},
+		{name: "missing token file", opts: ClientOptions{BearerTokenFile: filepath.Join(dir, "token")}, wantErr: "reading the bearer-token file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewHTTPClient(tc.opts); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("NewHTTPClient error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestScrapeKeepsConnectionsAlive: consecutive scrapes of one endpoint reuse
+// one TCP connection.
+func TestScrapeKeepsConnectionsAlive(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, exposition(1, 0, 0))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	client, err := NewHTTPClient(ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Scraper{Client: client}
+	for range 5 {
+		if _, err := s.Scrape(context.Background(), srv.URL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 scrapes opened %d connections, want 1", n)
 	}
 }
