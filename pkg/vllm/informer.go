@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"slices"
@@ -18,9 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -29,20 +32,35 @@ import (
 
 // Informer defaults, exported so command-line flags can show them.
 const (
-	DefaultInterval    = 5 * time.Second
-	DefaultConcurrency = 16
+	DefaultInterval = 5 * time.Second
+	// DefaultConcurrency bounds scrapes in flight. An endpoint that hangs holds
+	// one for the whole timeout, so this is sized for many of those (a node
+	// cut off from the network) beside a fleet of healthy pods; memory in
+	// flight is at most DefaultConcurrency bodies.
+	DefaultConcurrency = 64
 )
+
+// scrapeJitter varies each endpoint's interval by up to ±5%, so endpoints
+// discovered together drift apart instead of being scraped in bursts.
+const scrapeJitter = 0.1
 
 // Options for the Informer. Zero values take the documented defaults.
 type Options struct {
-	Namespace     string              // "" = all namespaces
+	Namespace string // a namespace to watch; "" and no Namespaces = all namespaces
+	// Namespaces to watch in addition to Namespace, each with its own watch, so
+	// RBAC in just those namespaces suffices. "" among them means all namespaces.
+	Namespaces    []string
 	LabelSelector string              // default api.LabelRole + "=" + api.RoleInference
-	Interval      time.Duration       // scrape interval, default 5s
+	Interval      time.Duration       // scrape interval of each endpoint, default 5s
 	Timeout       time.Duration       // per scrape, default 2s
 	StaleAfter    time.Duration       // default 3*Interval: a pod whose last successful scrape is older is not Fresh
-	Concurrency   int                 // max parallel scrapes, default 16
+	Concurrency   int                 // max parallel scrapes, default 64
+	MaxBodyBytes  int64               // default 4 MiB; a larger body fails that endpoint's scrape
+	Scheme        string              // "http" (default) or "https"
 	GPUResource   corev1.ResourceName // default api.GPUResource
 	Clock         clock.PassiveClock  // default real clock
+	// ClientOptions: CA, server name and bearer-token file for the endpoints.
+	ClientOptions
 }
 
 func (o Options) withDefaults() Options {
@@ -61,13 +79,35 @@ func (o Options) withDefaults() Options {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
 	if o.GPUResource == "" {
 		o.GPUResource = api.GPUResource
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.IdleConnTimeout <= 0 {
+		// Past the interval, or every scrape would dial a new connection.
+		o.IdleConnTimeout = max(DefaultIdleConnTimeout, 2*o.Interval)
+	}
 	return o
+}
+
+// namespaces to watch: sorted, or just NamespaceAll.
+func (o Options) namespaces() []string {
+	set := sets.New(o.Namespaces...)
+	if o.Namespace != "" {
+		set.Insert(o.Namespace)
+	}
+	if set.Len() == 0 || set.Has(metav1.NamespaceAll) {
+		return []string{metav1.NamespaceAll}
+	}
+	return sets.List(set)
 }
 
 // PodLoad is the informer's view of one inference pod.
@@ -77,60 +117,104 @@ type PodLoad struct {
 	NodeName        string
 	GPUs            int64     // api.PodGPUs(pod, GPUResource)
 	Metrics         Metrics   // last successful scrape
+	Rates           Rates     // between the last two successful scrapes
 	ScrapedAt       time.Time // time of last successful scrape (zero if never)
 	LastError       error     // last scrape error, nil if the last scrape succeeded (or none was attempted)
-	// Fresh: the last scrape succeeded within StaleAfter and the pod is still
-	// Running, Ready and has an IP. Consumers must treat a pod that is not Fresh as busy.
+	// Fresh: the last scrape succeeded within StaleAfter, after the pod last
+	// became Ready, and the pod is still Running, Ready and has an IP.
+	// Consumers must treat a pod that is not Fresh as busy.
 	Fresh bool
 }
 
-// Informer discovers inference pods with a client-go informer and scrapes
-// their vLLM metrics on an interval.
+// Informer discovers inference pods with client-go informers and scrapes
+// each one's vLLM metrics on its own schedule: every Interval (with jitter),
+// at most Concurrency at a time, driven by a delaying work queue so that a
+// slow endpoint delays nobody else. Snapshot never waits for a scrape.
 type Informer struct {
 	opts      Options
 	selector  labels.Selector
 	configErr error // reported by Run, since NewInformer cannot fail
-	factory   informers.SharedInformerFactory
-	informer  cache.SharedIndexInformer
+	factories []informers.SharedInformerFactory
+	synced    []cache.InformerSynced
 	scraper   *Scraper
+	queue     workqueue.TypedDelayingInterface[types.UID]
 	started   atomic.Bool
 
 	mu sync.Mutex
 	// Keyed by UID so a pod recreated under the same name starts unscraped.
-	results map[types.UID]*scrapeResult
+	endpoints map[types.UID]*endpoint
+	// published is this informer's share of the endpoints-by-state gauge.
+	published map[string]float64
 }
 
-type scrapeResult struct {
-	metrics   Metrics
-	scrapedAt time.Time
-	err       error
+// endpoint is one inference pod and what its scrapes found.
+type endpoint struct {
+	pod *corev1.Pod // latest object seen by the informer
+	// readyGen counts the pod's transitions into scrapable; a sample taken in
+	// an earlier generation (before a restart or readiness loss) is not fresh.
+	readyGen   int
+	scrapedGen int
+	metrics    Metrics // last successful scrape
+	rates      Rates
+	scrapedAt  time.Time
+	err        error
 }
 
 // NewInformer builds an Informer; nothing runs until Run. Invalid options are
-// reported by Run.
+// reported by Run. It registers the informer's metrics (RegisterMetrics).
 func NewInformer(client kubernetes.Interface, opts Options) *Informer {
+	RegisterMetrics()
 	opts = opts.withDefaults()
 	i := &Informer{
-		opts:    opts,
-		scraper: &Scraper{Timeout: opts.Timeout},
-		results: map[types.UID]*scrapeResult{},
+		opts:      opts,
+		endpoints: map[types.UID]*endpoint{},
+		published: map[string]float64{},
 	}
+	var errs []error
 	var err error
 	if i.selector, err = labels.Parse(opts.LabelSelector); err != nil {
-		i.configErr = fmt.Errorf("vllm informer: invalid LabelSelector %q: %w", opts.LabelSelector, err)
+		errs = append(errs, fmt.Errorf("vllm informer: invalid LabelSelector %q: %w", opts.LabelSelector, err))
 		i.selector = labels.Nothing()
 	}
 	if opts.StaleAfter < opts.Interval {
-		i.configErr = errors.Join(i.configErr, fmt.Errorf(
+		errs = append(errs, fmt.Errorf(
 			"vllm informer: StaleAfter (%s) is shorter than Interval (%s), so every pod would read stale between scrapes; use at least 2*Interval",
 			opts.StaleAfter, opts.Interval))
 	}
-	i.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(opts.Namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector }),
-		informers.WithTransform(stripManagedFields),
-	)
-	i.informer = i.factory.Core().V1().Pods().Informer()
+	switch {
+	case opts.Scheme != "http" && opts.Scheme != "https":
+		errs = append(errs, fmt.Errorf("vllm informer: Scheme %q is neither http nor https", opts.Scheme))
+	case opts.Scheme == "http" && (opts.CAFile != "" || opts.TLSServerName != "" || opts.InsecureSkipTLSVerify):
+		errs = append(errs, errors.New("vllm informer: TLS settings are given but Scheme is http; set Scheme to https"))
+	}
+	httpClient, err := NewHTTPClient(opts.ClientOptions)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("vllm informer: %w", err))
+	}
+	i.scraper = &Scraper{Client: httpClient, Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes}
+
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    i.onPod,
+		UpdateFunc: func(_, obj any) { i.onPod(obj) },
+		DeleteFunc: i.onPodDelete,
+	}
+	for _, ns := range opts.namespaces() {
+		factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector }),
+			informers.WithTransform(stripManagedFields),
+		)
+		reg, err := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("vllm informer: watching pods in namespace %q: %w", ns, err))
+			continue
+		}
+		i.factories = append(i.factories, factory)
+		// The registration's HasSynced also waits for the handler to have seen
+		// the initial list, so Snapshot holds every pod once HasSynced is true.
+		i.synced = append(i.synced, reg.HasSynced)
+	}
+	i.configErr = errors.Join(errs...)
 	return i
 }
 
@@ -142,7 +226,50 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run starts the pod informer and scrapes every known inference pod each
+// onPod tracks a new or changed pod and schedules the first scrape of a new one.
+func (i *Informer) onPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	// The watch already filters by selector; checking again keeps a source
+	// that ignores it (e.g. a fake clientset) or a relabelled pod out.
+	if !i.selector.Matches(labels.Set(pod.Labels)) {
+		i.forget(pod.UID)
+		return
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	ep := i.endpoints[pod.UID]
+	if ep == nil {
+		ep = &endpoint{}
+		i.endpoints[pod.UID] = ep
+		// A random first delay spreads the first scrapes of a fleet over one interval.
+		i.queue.AddAfter(pod.UID, time.Duration(rand.Int64N(int64(i.opts.Interval))))
+	}
+	if scrapable(pod) && (ep.pod == nil || !scrapable(ep.pod)) {
+		ep.readyGen++
+	}
+	ep.pod = pod
+}
+
+func (i *Informer) onPodDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		i.forget(pod.UID)
+	}
+}
+
+// forget drops a pod; its queued scrape finds nothing and is not rescheduled.
+func (i *Informer) forget(uid types.UID) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.endpoints, uid)
+}
+
+// Run starts the pod informers and scrapes every known inference pod each
 // Interval, at most Concurrency at a time, until ctx is done. Pods not Running
 // and Ready or without a pod IP are kept (they hold GPUs) but not scraped.
 // It returns nil on shutdown and an error only for invalid Options or a second call.
@@ -154,59 +281,196 @@ func (i *Informer) Run(ctx context.Context) error {
 		return errors.New("vllm informer: Run called more than once")
 	}
 	logger := klog.FromContext(ctx)
-	i.factory.Start(ctx.Done())
-	defer i.factory.Shutdown()
+	// The queue starts a goroutine, so it is made here rather than in
+	// NewInformer; event handlers use it only once the factories start.
+	i.queue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{})
+	defer i.queue.ShutDown()
+	for _, f := range i.factories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
 	// WaitForCacheSync only gives up when ctx is done, which is a shutdown, not a failure.
-	if !cache.WaitForCacheSync(ctx.Done(), i.informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), i.synced...) {
 		return nil
 	}
-	logger.V(2).Info("Scraping vLLM metrics of inference pods", "namespace", i.opts.Namespace,
-		"selector", i.opts.LabelSelector, "interval", i.opts.Interval)
+	logger.V(2).Info("Scraping vLLM metrics of inference pods", "namespaces", i.opts.namespaces(),
+		"selector", i.opts.LabelSelector, "interval", i.opts.Interval, "concurrency", i.opts.Concurrency)
 
+	var workers sync.WaitGroup
+	for range i.opts.Concurrency {
+		workers.Go(func() { i.work(ctx) })
+	}
 	ticker := time.NewTicker(i.opts.Interval)
 	defer ticker.Stop()
-	for {
-		i.scrapeAll(ctx)
+	for done := false; !done; {
+		i.publishStates()
 		select {
 		case <-ctx.Done():
-			return nil
+			done = true
 		case <-ticker.C:
+		}
+	}
+	i.queue.ShutDown()
+	workers.Wait()
+	i.unpublishStates()
+	return nil
+}
+
+// work scrapes endpoints as their time comes, then schedules each one's next
+// scrape one Interval (with jitter) after this one started.
+func (i *Informer) work(ctx context.Context) {
+	for {
+		uid, shutdown := i.queue.Get()
+		if shutdown {
+			return
+		}
+		started := time.Now()
+		keep := i.scrape(ctx, uid)
+		i.queue.Done(uid)
+		if keep {
+			jitter := time.Duration((rand.Float64() - 0.5) * scrapeJitter * float64(i.opts.Interval))
+			i.queue.AddAfter(uid, max(0, i.opts.Interval+jitter-time.Since(started)))
 		}
 	}
 }
 
-// HasSynced reports whether the pod informer has completed its initial list.
+// scrape scrapes one endpoint if its pod is scrapable and records the
+// outcome. It returns false when the pod is gone or the informer is stopping.
+func (i *Informer) scrape(ctx context.Context, uid types.UID) bool {
+	i.mu.Lock()
+	ep := i.endpoints[uid]
+	if ep == nil {
+		i.mu.Unlock()
+		return false
+	}
+	pod, gen := ep.pod, ep.readyGen
+	i.mu.Unlock()
+	if !scrapable(pod) {
+		return true
+	}
+
+	target, err := metricsURL(pod, i.opts.Scheme)
+	var m Metrics
+	if err != nil {
+		scrapeErrors.WithLabelValues(ReasonInvalidTarget).Inc()
+	} else {
+		start := time.Now()
+		m, err = i.scraper.Scrape(ctx, target)
+		if ctx.Err() != nil {
+			return false // shutting down: a cancelled scrape says nothing about the pod
+		}
+		scrapeDuration.Observe(time.Since(start).Seconds())
+		if se := (*ScrapeError)(nil); errors.As(err, &se) {
+			scrapeErrors.WithLabelValues(se.Reason).Inc()
+		}
+	}
+	i.record(ctx, uid, gen, m, err)
+	return true
+}
+
+// record stores a scrape outcome. A failure keeps the last good Metrics,
+// Rates and ScrapedAt so consumers can see how old the data is.
+func (i *Informer) record(ctx context.Context, uid types.UID, gen int, m Metrics, err error) {
+	now := i.opts.Clock.Now()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	ep := i.endpoints[uid]
+	if ep == nil {
+		return // deleted while being scraped
+	}
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		// Log transitions only, so a pod that is down does not flood the log.
+		if ep.err == nil {
+			logger.V(2).Info("vLLM metrics scrape failing; pod counts as busy", "pod", klog.KObj(ep.pod), "err", err)
+		}
+		ep.err = err
+		return
+	}
+	if ep.err != nil {
+		logger.V(2).Info("vLLM metrics scrape recovered", "pod", klog.KObj(ep.pod))
+	}
+	// Rates only over a window short enough to say something about now.
+	ep.rates = Rates{}
+	if window := now.Sub(ep.scrapedAt); !ep.scrapedAt.IsZero() && window <= i.opts.StaleAfter {
+		ep.rates = deriveRates(ep.metrics, m, window)
+	}
+	ep.metrics, ep.scrapedAt, ep.scrapedGen, ep.err = m, now, gen, nil
+}
+
+// state classifies an endpoint; only StateFresh may be read as known load.
+func (i *Informer) state(ep *endpoint, now time.Time) string {
+	switch {
+	case !scrapable(ep.pod):
+		return StateNotReady
+	case ep.err != nil:
+		return StateFailing
+	case ep.scrapedAt.IsZero() || ep.scrapedGen != ep.readyGen:
+		return StatePending
+	case now.Sub(ep.scrapedAt) > i.opts.StaleAfter:
+		return StateStale
+	default:
+		return StateFresh
+	}
+}
+
+// publishStates sets this informer's share of the endpoints gauge. Shares are
+// added, not set, so that several informers in one process sum correctly.
+func (i *Informer) publishStates() {
+	now := i.opts.Clock.Now()
+	counts := map[string]float64{}
+	i.mu.Lock()
+	for _, ep := range i.endpoints {
+		counts[i.state(ep, now)]++
+	}
+	i.mu.Unlock()
+	for _, s := range endpointStates {
+		endpointsGauge.WithLabelValues(s).Add(counts[s] - i.published[s])
+		i.published[s] = counts[s]
+	}
+}
+
+func (i *Informer) unpublishStates() {
+	for _, s := range endpointStates {
+		endpointsGauge.WithLabelValues(s).Add(-i.published[s])
+		i.published[s] = 0
+	}
+}
+
+// HasSynced reports whether the pod informers have completed their initial
+// list and the Informer has taken in every pod listed.
 func (i *Informer) HasSynced() bool {
-	return i.informer.HasSynced()
+	for _, synced := range i.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Snapshot returns every known inference pod's PodLoad, sorted by
-// namespace/name, with Fresh computed against the Clock at call time.
+// namespace/name, with Fresh computed against the Clock at call time. It takes
+// a lock held only for bookkeeping, never across a scrape.
 func (i *Informer) Snapshot() []PodLoad {
-	pods := i.listPods()
 	now := i.opts.Clock.Now()
-	out := make([]PodLoad, 0, len(pods))
-
 	i.mu.Lock()
-	defer i.mu.Unlock()
-	for _, pod := range pods {
-		pl := PodLoad{
+	out := make([]PodLoad, 0, len(i.endpoints))
+	for _, ep := range i.endpoints {
+		pod := ep.pod
+		out = append(out, PodLoad{
 			Namespace: pod.Namespace,
 			Name:      pod.Name,
 			Service:   serviceName(pod),
 			NodeName:  pod.Spec.NodeName,
 			GPUs:      api.PodGPUs(pod, i.opts.GPUResource),
-		}
-		if r := i.results[pod.UID]; r != nil {
-			pl.Metrics = r.metrics
-			pl.Metrics.Models = slices.Clone(r.metrics.Models)
-			pl.ScrapedAt = r.scrapedAt
-			pl.LastError = r.err
-			pl.Fresh = r.err == nil && !r.scrapedAt.IsZero() &&
-				now.Sub(r.scrapedAt) <= i.opts.StaleAfter && scrapable(pod)
-		}
-		out = append(out, pl)
+			Metrics:   ep.metrics.clone(),
+			Rates:     ep.rates,
+			ScrapedAt: ep.scrapedAt,
+			LastError: ep.err,
+			Fresh:     i.state(ep, now) == StateFresh,
+		})
 	}
+	i.mu.Unlock()
 	slices.SortFunc(out, func(a, b PodLoad) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
@@ -214,88 +478,6 @@ func (i *Informer) Snapshot() []PodLoad {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return out
-}
-
-func (i *Informer) listPods() []*corev1.Pod {
-	// The informer already lists and watches only the namespace and selector;
-	// the selector is checked again so a watch source that ignores it (e.g. a
-	// fake clientset) cannot slip other pods in.
-	var pods []*corev1.Pod
-	for _, obj := range i.informer.GetStore().List() {
-		if pod, ok := obj.(*corev1.Pod); ok && i.selector.Matches(labels.Set(pod.Labels)) {
-			pods = append(pods, pod)
-		}
-	}
-	return pods
-}
-
-// scrapeAll runs one scrape round and forgets results of pods that are gone.
-func (i *Informer) scrapeAll(ctx context.Context) {
-	pods := i.listPods()
-	live := make(map[types.UID]bool, len(pods))
-	sem := make(chan struct{}, i.opts.Concurrency)
-	var wg sync.WaitGroup
-	for _, pod := range pods {
-		live[pod.UID] = true
-		if !scrapable(pod) {
-			continue
-		}
-		target, err := metricsURL(pod)
-		if err != nil {
-			i.record(ctx, pod, Metrics{}, err)
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			m, err := i.scraper.Scrape(ctx, target)
-			if ctx.Err() != nil {
-				return // shutting down: a cancelled scrape says nothing about the pod
-			}
-			i.record(ctx, pod, m, err)
-		}()
-	}
-	wg.Wait()
-
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for uid := range i.results {
-		if !live[uid] {
-			delete(i.results, uid)
-		}
-	}
-}
-
-// record stores a scrape outcome. A failure keeps the last good Metrics and
-// ScrapedAt so consumers can see how old the data is.
-func (i *Informer) record(ctx context.Context, pod *corev1.Pod, m Metrics, err error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	r := i.results[pod.UID]
-	if r == nil {
-		r = &scrapeResult{}
-		i.results[pod.UID] = r
-	}
-	logger := klog.FromContext(ctx)
-	if err != nil {
-		// Log transitions only, so a pod that is down does not flood the log.
-		if r.err == nil {
-			logger.V(2).Info("vLLM metrics scrape failing; pod counts as busy", "pod", klog.KObj(pod), "err", err)
-		}
-		r.err = err
-		return
-	}
-	if r.err != nil {
-		logger.V(2).Info("vLLM metrics scrape recovered", "pod", klog.KObj(pod))
-	}
-	r.metrics, r.scrapedAt, r.err = m, i.opts.Clock.Now(), nil
 }
 
 // scrapable: only a Running, Ready pod with an IP serves /metrics.
@@ -311,8 +493,8 @@ func scrapable(pod *corev1.Pod) bool {
 	return false
 }
 
-// metricsURL is http://<podIP>:<port><path> from the pod's annotations.
-func metricsURL(pod *corev1.Pod) (string, error) {
+// metricsURL is <scheme>://<podIP>:<port><path> from the pod's annotations.
+func metricsURL(pod *corev1.Pod, scheme string) (string, error) {
 	port := api.DefaultMetricsPort
 	if s, ok := pod.Annotations[api.AnnotationMetricsPort]; ok {
 		p, err := strconv.Atoi(strings.TrimSpace(s))
@@ -334,7 +516,7 @@ func metricsURL(pod *corev1.Pod) (string, error) {
 		}
 		path = s
 	}
-	return "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + path, nil
+	return scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + path, nil
 }
 
 // serviceName is the label api.LabelService, else the owning Deployment (the

@@ -3,6 +3,7 @@ package vllm
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,9 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -224,7 +228,7 @@ func TestInformerDropsDeletedPods(t *testing.T) {
 	waitFor(t, "the deleted pod's result to be forgotten", func() bool {
 		inf.mu.Lock()
 		defer inf.mu.Unlock()
-		_, ok := inf.results[a.UID]
+		_, ok := inf.endpoints[a.UID]
 		return !ok
 	})
 }
@@ -346,7 +350,7 @@ func TestMetricsURL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := metricsURL(tc.pod)
+			got, err := metricsURL(tc.pod, "http")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("metricsURL error = %v, want one containing %q", err, tc.wantErr)
@@ -355,6 +359,321 @@ func TestMetricsURL(t *testing.T) {
 			}
 			if err != nil || got != tc.want {
 				t.Errorf("metricsURL = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// runInformer runs an Informer with opts until the test ends and waits for its cache.
+func runInformer(t *testing.T, client *fake.Clientset, opts Options) *Informer {
+	t.Helper()
+	inf := NewInformer(client, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitFor(t, "informer sync", inf.HasSynced)
+	return inf
+}
+
+func TestInformerRates(t *testing.T) {
+	// prompt tokens grow at 1000/s of real time; every request had a TTFT of
+	// 0.1 s or less, 10 requests a second.
+	var prompt atomic.Int64
+	start := time.Now()
+	var restarted atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secs := time.Since(start).Seconds()
+		p := 1000 * secs
+		if restarted.Load() {
+			p = 5 // a new process: counters start over
+		}
+		prompt.Store(int64(p))
+		fmt.Fprintf(w, `vllm:num_requests_running{engine="0"} 1
+vllm:prompt_tokens_total{engine="0"} %g
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1"} %g
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} %g
+vllm:time_to_first_token_seconds_sum{engine="0"} %g
+`, p, 10*secs, 10*secs, 0.5*secs)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	client := fake.NewClientset(inferencePod("p", withAnnotation(api.AnnotationMetricsPort, u.Port())))
+	inf := runInformer(t, client, Options{Interval: 100 * time.Millisecond, Timeout: time.Second})
+
+	waitFor(t, "rates from two scrapes", func() bool { return only(t, inf.Snapshot()).Rates.Window > 0 })
+	r := only(t, inf.Snapshot()).Rates
+	if r.Restarted || r.Window < 50*time.Millisecond || r.Window > time.Second {
+		t.Errorf("Rates window %v restarted %v, want about the 100ms interval and no restart", r.Window, r.Restarted)
+	}
+	// Server and informer clocks differ by the request latency; allow 30%.
+	if r.PromptTokensPerSecond < 700 || r.PromptTokensPerSecond > 1300 {
+		t.Errorf("PromptTokensPerSecond = %v, want about 1000", r.PromptTokensPerSecond)
+	}
+	if ttft := r.TimeToFirstToken; ttft.Observations <= 0 || ttft.P50 <= 0 || ttft.P99 > 0.1 || math.Abs(ttft.Mean-0.05) > 0.02 {
+		t.Errorf("TimeToFirstToken = %+v, want observations, quantiles within (0, 0.1] and a mean near 0.05", ttft)
+	}
+
+	restarted.Store(true)
+	waitFor(t, "the restart to be seen", func() bool { return only(t, inf.Snapshot()).Rates.Restarted })
+	if r := only(t, inf.Snapshot()).Rates; r.PromptTokensPerSecond < 0 || r.PromptTokensPerSecond > 5/r.Window.Seconds()+1e-9 {
+		t.Errorf("after a restart PromptTokensPerSecond = %v, want 5 tokens over the window (%v), never negative", r.PromptTokensPerSecond, r.Window)
+	}
+}
+
+// TestInformerReadinessFlap: a sample taken before a pod lost readiness does
+// not make it fresh again once it is Ready; only a new scrape does.
+func TestInformerReadinessFlap(t *testing.T) {
+	var hang atomic.Bool
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprint(w, exposition(0, 0, 0))
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	pod := inferencePod("p", withAnnotation(api.AnnotationMetricsPort, u.Port()))
+	client := fake.NewClientset(pod)
+	clk := testingclock.NewFakeClock(time.Now())
+	inf := runInformer(t, client, Options{Interval: 20 * time.Millisecond, Timeout: 10 * time.Second, StaleAfter: time.Hour, Clock: clk})
+	waitFor(t, "fresh", func() bool { return only(t, inf.Snapshot()).Fresh })
+
+	setReady := func(ready corev1.ConditionStatus) {
+		p := pod.DeepCopy()
+		p.Status.Conditions[0].Status = ready
+		if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the informer to see Ready="+string(ready), func() bool {
+			inf.mu.Lock()
+			defer inf.mu.Unlock()
+			return inf.endpoints[pod.UID].pod.Status.Conditions[0].Status == ready
+		})
+	}
+	hang.Store(true)
+	setReady(corev1.ConditionFalse)
+	if p := only(t, inf.Snapshot()); p.Fresh {
+		t.Fatalf("not Ready: Fresh, want not")
+	}
+	setReady(corev1.ConditionTrue)
+	if p := only(t, inf.Snapshot()); p.Fresh || p.LastError != nil || p.ScrapedAt.IsZero() {
+		t.Errorf("Ready again, next scrape hanging: Fresh=%v LastError=%v ScrapedAt=%v; want not Fresh, no error, the old sample kept",
+			p.Fresh, p.LastError, p.ScrapedAt)
+	}
+	hang.Store(false)
+	waitFor(t, "fresh after a new scrape", func() bool { return only(t, inf.Snapshot()).Fresh })
+}
+
+func TestInformerNamespaces(t *testing.T) {
+	srv := newVLLMServer(t)
+	port := withAnnotation(api.AnnotationMetricsPort, srv.port(t))
+	inNS := func(ns, name string) *corev1.Pod {
+		p := inferencePod(name, port)
+		p.Namespace, p.UID = ns, types.UID("uid-"+ns+"-"+name)
+		return p
+	}
+	tests := []struct {
+		name string
+		opts Options
+		want []string
+	}{
+		{name: "all", opts: Options{}, want: []string{"a/p", "b/p", "c/p"}},
+		{name: "one", opts: Options{Namespace: "b"}, want: []string{"b/p"}},
+		{name: "several", opts: Options{Namespaces: []string{"c", "a"}}, want: []string{"a/p", "c/p"}},
+		{name: "Namespace and Namespaces together", opts: Options{Namespace: "b", Namespaces: []string{"a"}}, want: []string{"a/p", "b/p"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(inNS("a", "p"), inNS("b", "p"), inNS("c", "p"))
+			tc.opts.Interval, tc.opts.Timeout = 20*time.Millisecond, time.Second
+			inf := runInformer(t, client, tc.opts)
+			waitFor(t, "every pod fresh", func() bool {
+				s := inf.Snapshot()
+				for _, p := range s {
+					if !p.Fresh {
+						return false
+					}
+				}
+				return len(s) == len(tc.want)
+			})
+			var got []string
+			for _, p := range inf.Snapshot() {
+				got = append(got, p.Namespace+"/"+p.Name)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("pods = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestInformerHTTPS(t *testing.T) {
+	srv, caFile := tlsServer(t, "s3cret")
+	u, _ := url.Parse(srv.URL)
+	client := fake.NewClientset(inferencePod("p", withAnnotation(api.AnnotationMetricsPort, u.Port())))
+	inf := runInformer(t, client, Options{
+		Interval: 20 * time.Millisecond, Timeout: time.Second, Scheme: "https",
+		ClientOptions: ClientOptions{CAFile: caFile, BearerTokenFile: writeFile(t, "token", "s3cret")},
+	})
+	waitFor(t, "a fresh scrape over HTTPS", func() bool { return only(t, inf.Snapshot()).Fresh })
+	if p := only(t, inf.Snapshot()); p.Metrics.Running != 1 {
+		t.Errorf("Running = %v, want 1", p.Metrics.Running)
+	}
+}
+
+// TestInformerScheduleIsPerEndpoint: a slow endpoint delays nobody else.
+func TestInformerScheduleIsPerEndpoint(t *testing.T) {
+	var fastHits, slowHits atomic.Int64
+	serve := func(hits *atomic.Int64, delay time.Duration) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			time.Sleep(delay)
+			fmt.Fprint(w, exposition(0, 0, 0))
+		}))
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		return u.Port()
+	}
+	client := fake.NewClientset(
+		inferencePod("fast", withAnnotation(api.AnnotationMetricsPort, serve(&fastHits, 0))),
+		inferencePod("slow", withAnnotation(api.AnnotationMetricsPort, serve(&slowHits, 400*time.Millisecond))))
+	runInformer(t, client, Options{Interval: 50 * time.Millisecond, Timeout: 2 * time.Second})
+	time.Sleep(1200 * time.Millisecond)
+	// About 24 scrapes of the fast endpoint fit in 1.2 s; scraped in rounds
+	// with the slow one it would get 3.
+	if fast, slow := fastHits.Load(), slowHits.Load(); fast < 12 || slow > 4 {
+		t.Errorf("in 1.2s: fast endpoint scraped %d times, slow %d; want at least 12 and at most 4", fast, slow)
+	}
+}
+
+func TestInformerMetrics(t *testing.T) {
+	good, bad := newVLLMServer(t), newVLLMServer(t)
+	bad.failing.Store(true)
+	client := fake.NewClientset(
+		inferencePod("good", withAnnotation(api.AnnotationMetricsPort, good.port(t))),
+		inferencePod("bad", withAnnotation(api.AnnotationMetricsPort, bad.port(t))),
+		inferencePod("not-ready", notReady))
+	errorsBefore, _ := testutil.GetCounterMetricValue(scrapeErrors.WithLabelValues(ReasonHTTPStatus))
+	durations := func() uint64 {
+		vec, err := testutil.GetHistogramVecFromGatherer(legacyregistry.DefaultGatherer, "gleaner_vllm_scrape_duration_seconds", nil)
+		if err != nil {
+			return 0 // nothing observed yet
+		}
+		return vec.GetAggregatedSampleCount()
+	}
+	durationsBefore := durations()
+
+	inf := NewInformer(client, Options{Interval: 20 * time.Millisecond, Timeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- inf.Run(ctx) }()
+
+	gauge := func(state string) float64 {
+		v, err := testutil.GetGaugeMetricValue(endpointsGauge.WithLabelValues(state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitFor(t, "endpoints by state", func() bool {
+		return gauge(StateFresh) == 1 && gauge(StateFailing) == 1 && gauge(StateNotReady) == 1 &&
+			gauge(StatePending) == 0 && gauge(StateStale) == 0
+	})
+	errorsAfter, _ := testutil.GetCounterMetricValue(scrapeErrors.WithLabelValues(ReasonHTTPStatus))
+	durationsAfter := durations()
+	if errorsAfter-errorsBefore < 1 || durationsAfter-durationsBefore < 2 {
+		t.Errorf("http_status errors +%v, scrape durations +%v; want at least 1 and 2", errorsAfter-errorsBefore, durationsAfter-durationsBefore)
+	}
+	// Served under the names an operator would look up.
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range families {
+		names[mf.GetName()] = true
+	}
+	for _, name := range []string{"gleaner_vllm_scrape_duration_seconds", "gleaner_vllm_scrape_errors_total", "gleaner_vllm_scrape_endpoints"} {
+		if !names[name] {
+			t.Errorf("metric %s is not served by the legacy registry", name)
+		}
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range endpointStates {
+		if v := gauge(s); v != 0 {
+			t.Errorf("after Run returned, endpoints{state=%q} = %v, want 0", s, v)
+		}
+	}
+}
+
+// TestSnapshotDoesNotWaitForScrapes: with every worker stuck on hanging
+// endpoints, Snapshot still answers at once.
+func TestSnapshotDoesNotWaitForScrapes(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	var pods []runtime.Object
+	for n := range 4 {
+		pods = append(pods, inferencePod(fmt.Sprintf("hang-%d", n), withAnnotation(api.AnnotationMetricsPort, u.Port())))
+	}
+	inf := runInformer(t, fake.NewClientset(pods...), Options{Interval: 10 * time.Millisecond, Timeout: 30 * time.Second, Concurrency: 2})
+	time.Sleep(100 * time.Millisecond) // let both workers block
+	for range 20 {
+		start := time.Now()
+		snap := inf.Snapshot()
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Fatalf("Snapshot took %v with scrapes hanging", d)
+		}
+		for _, p := range snap {
+			if p.Fresh {
+				t.Fatalf("%s is Fresh without ever answering", p.Name)
+			}
+		}
+	}
+}
+
+func TestInformerRejectsBadClientOptions(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		opts    Options
+		wantErr string
+	}{
+		{name: "scheme", opts: Options{Scheme: "ftp"}, wantErr: `Scheme "ftp" is neither http nor https`},
+		{name: "TLS over http", opts: Options{ClientOptions: ClientOptions{CAFile: "ca.crt"}}, wantErr: "TLS settings are given but Scheme is http"},
+		{name: "CA file missing", opts: Options{Scheme: "https", ClientOptions: ClientOptions{CAFile: dir + "/ca.crt"}}, wantErr: "reading the CA file"},
+		{name: "token file missing", opts: Options{ClientOptions: ClientOptions{BearerTokenFile: dir + "/token"}}, wantErr: "reading the bearer-token file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := NewInformer(fake.NewClientset(), tc.opts).Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Run error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
 	}
