@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -233,6 +234,11 @@ func bodyTooLarge(maxBytes int64) error {
 // transportError names a timeout as such (the transport's own wording for it
 // varies); anything else on the wire is a connection problem.
 func transportError(parent context.Context, timeout time.Duration, err error) (string, error) {
+	// The URL is already in ScrapeError; url.Error would repeat it.
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err
+	}
 	var netErr net.Error
 	if parent.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())) {
 		return ReasonTimeout, fmt.Errorf("timeout after %s: %w", timeout, err)
