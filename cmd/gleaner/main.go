@@ -25,6 +25,7 @@ func main() {
 			fmt.Fprintln(cmd.OutOrStdout(), version.String())
 		},
 	})
+	root.AddCommand(newProbeCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gleaner:", err)
 		os.Exit(1)
