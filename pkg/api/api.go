@@ -29,6 +29,32 @@ const (
 	// AnnotationHarvestableGPUs is how many of the node's GPUs may be lent (a decimal integer).
 	AnnotationHarvestableGPUs = "gleaner.dev/harvestable-gpus"
 
+	// Per-service settings, read from the annotations of the Deployment that owns
+	// a service's inference pods. An invalid value is reported as an Event on the
+	// Deployment and replaced by the controller's default.
+	//
+	// AnnotationTargetLoad: the load one replica should carry, a positive number
+	// (requests for LoadMetricRequests, a KV-cache fraction in (0, 1] for LoadMetricKVCache).
+	AnnotationTargetLoad = "gleaner.dev/target-load"
+	// AnnotationLoadMetric: what load means for the service, LoadMetricRequests (default) or LoadMetricKVCache.
+	AnnotationLoadMetric = "gleaner.dev/load-metric"
+	LoadMetricRequests   = "requests"
+	LoadMetricKVCache    = "kv-cache"
+	// AnnotationGPUsPerReplica: GPUs one replica needs on one node; default the pod template's request.
+	AnnotationGPUsPerReplica = "gleaner.dev/gpus-per-replica"
+	// AnnotationAutoscale: "true" lets gleaner-controller scale the Deployment on vLLM load.
+	AnnotationAutoscale = "gleaner.dev/autoscale"
+	// AnnotationMinReplicas and AnnotationMaxReplicas bound the autoscaler (defaults 1 and the controller's maximum).
+	AnnotationMinReplicas = "gleaner.dev/min-replicas"
+	AnnotationMaxReplicas = "gleaner.dev/max-replicas"
+	// AnnotationDemandProfile holds the service's learned hour-of-week load
+	// profile (JSON, written by gleaner-controller), so a restart forgets nothing.
+	AnnotationDemandProfile = "gleaner.dev/demand-profile"
+
+	// LabelPodGroup is the scheduler-plugins PodGroup label: pods sharing its
+	// value in one namespace are a gang and are evicted together.
+	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+
 	// AnnotationLastCheckpoint is an RFC 3339 time a best-effort pod writes after each checkpoint.
 	AnnotationLastCheckpoint = "gleaner.dev/last-checkpoint"
 

@@ -1,5 +1,6 @@
 // Package demand turns a service's vLLM load into the inference replicas it
-// needs, and so the headroom Gleaner must keep for it. It is pure: plain values in.
+// needs now and over the reclaim horizon, and so the headroom Gleaner must keep
+// for it. It is pure: plain values and times in, no API client.
 package demand
 
 import (
@@ -9,6 +10,20 @@ import (
 
 // DefaultTargetLoad is the running+waiting requests one replica is expected to carry.
 const DefaultTargetLoad = 16
+
+// DefaultTargetKVCache is the KV-cache usage (0..1) one replica is expected to
+// carry when a service measures load by KV cache.
+const DefaultTargetKVCache = 0.8
+
+// Metric is what a service's load is measured in.
+type Metric string
+
+const (
+	// Requests: running + waiting requests (the default).
+	Requests Metric = "requests"
+	// KVCache: KV-cache usage, 0..1 per replica.
+	KVCache Metric = "kv-cache"
+)
 
 // Replica is one inference pod of a service as the metrics informer sees it.
 type Replica struct {
@@ -20,6 +35,8 @@ type Replica struct {
 	Starting bool
 	Running  float64
 	Waiting  float64
+	// KVCache is the replica's KV-cache usage, 0..1.
+	KVCache float64
 	// GPUs the replica requests.
 	GPUs int64
 }
@@ -28,8 +45,19 @@ type Replica struct {
 type Service struct {
 	Name     string
 	Replicas []Replica
-	// TargetLoad per replica; <= 0 means DefaultTargetLoad.
+	// Metric is what load means; empty means Requests.
+	Metric Metric
+	// TargetLoad per replica; <= 0 means DefaultTargetLoad (DefaultTargetKVCache for KVCache).
 	TargetLoad float64
+	// GPUsPerReplica, when > 0, overrides the largest request among Replicas
+	// (it is also what a service with no replica running needs).
+	GPUsPerReplica int64
+	// ForecastLoad is the peak load expected over the reclaim horizon (see
+	// Forecast); the service keeps room for it as well as for its load now.
+	ForecastLoad float64
+	// Margin is a safety margin on load, as a fraction (0.1 keeps room for 10%
+	// more load than expected). Negative means 0.
+	Margin float64
 }
 
 // Need is the demand model's answer for one service.
@@ -41,25 +69,44 @@ type Need struct {
 	// Spare replicas to keep room for: max(0, Needed - Current).
 	Spare  int
 	Reason string
+	// Load is the summed load of the replicas with fresh metrics.
+	Load float64
+	// Complete: every replica that serves has fresh metrics, so Load is the
+	// service's whole load (the only kind worth learning from).
+	Complete bool
+	// Target is the per-replica target applied.
+	Target float64
 }
 
-// Assess computes the replicas a service needs now:
+// Target is the per-replica target for the service's metric, with defaults.
+func (s Service) Target() float64 {
+	switch {
+	case s.TargetLoad > 0:
+		return s.TargetLoad
+	case s.Metric == KVCache:
+		return DefaultTargetKVCache
+	default:
+		return DefaultTargetLoad
+	}
+}
+
+// Assess computes the replicas a service needs now and over the horizon:
 //
-//	needed = ceil(load of known replicas / target) + unknown replicas
+//	planned = max(load of known replicas, ForecastLoad) x (1 + Margin)
+//	needed  = ceil(planned / target) + unknown replicas
 //	and, if any replica has waiting requests or is unknown, at least current + 1
 //
 // A replica whose metrics are missing, stale or malformed counts as saturated
 // (fail closed): its service keeps room for one more replica.
 func Assess(s Service) Need {
-	target := s.TargetLoad
-	if target <= 0 {
-		target = DefaultTargetLoad
-	}
-	n := Need{Service: s.Name, Current: len(s.Replicas)}
+	target := s.Target()
+	n := Need{Service: s.Name, Current: len(s.Replicas), GPUsPerReplica: s.GPUsPerReplica, Target: target}
 	var load float64
 	var unknown, waiting int
 	for _, r := range s.Replicas {
-		n.GPUsPerReplica = max(n.GPUsPerReplica, r.GPUs)
+		if s.GPUsPerReplica <= 0 {
+			n.GPUsPerReplica = max(n.GPUsPerReplica, r.GPUs)
+		}
 		if r.Starting && !r.Known {
 			continue
 		}
@@ -67,12 +114,18 @@ func Assess(s Service) Need {
 			unknown++
 			continue
 		}
-		load += r.Running + r.Waiting
+		if s.Metric == KVCache {
+			load += r.KVCache
+		} else {
+			load += r.Running + r.Waiting
+		}
 		if r.Waiting > 0 {
 			waiting++
 		}
 	}
-	n.Needed = int(math.Ceil(load/target)) + unknown
+	n.Load, n.Complete = load, unknown == 0
+	planned := max(load, s.ForecastLoad) * (1 + max(s.Margin, 0))
+	n.Needed = int(math.Ceil(planned/target-1e-9)) + unknown
 	switch {
 	case unknown > 0:
 		n.Needed = max(n.Needed, n.Current+1)
@@ -80,8 +133,10 @@ func Assess(s Service) Need {
 	case waiting > 0:
 		n.Needed = max(n.Needed, n.Current+1)
 		n.Reason = fmt.Sprintf("%d replicas have waiting requests", waiting)
+	case n.Needed > n.Current && s.ForecastLoad > load:
+		n.Reason = fmt.Sprintf("forecast load %.4g over the horizon (now %.4g) needs %d replicas x target %.4g", s.ForecastLoad, load, n.Needed, target)
 	case n.Needed > n.Current:
-		n.Reason = fmt.Sprintf("load %.0f exceeds %d replicas x target %.0f", load, n.Current, target)
+		n.Reason = fmt.Sprintf("load %.4g exceeds %d replicas x target %.4g", load, n.Current, target)
 	}
 	n.Spare = max(0, n.Needed-n.Current)
 	return n

@@ -1,0 +1,106 @@
+package demand
+
+import (
+	"time"
+)
+
+// DefaultHorizon is how far ahead demand is forecast: the time it takes to get
+// lent GPUs back and start a replica on them.
+const DefaultHorizon = 15 * time.Minute
+
+// DefaultTrendWindow is how much recent history the trend is fitted to.
+const DefaultTrendWindow = 5 * time.Minute
+
+// Sample is one observation of a service's load.
+type Sample struct {
+	At   time.Time
+	Load float64
+}
+
+// Trend holds a service's recent load samples.
+type Trend struct {
+	// Window is how far back samples are kept; <= 0 means DefaultTrendWindow.
+	Window  time.Duration
+	Samples []Sample
+}
+
+// Add records a sample and forgets those older than the window.
+func (t *Trend) Add(s Sample) {
+	window := t.Window
+	if window <= 0 {
+		window = DefaultTrendWindow
+	}
+	if n := len(t.Samples); n > 0 && !s.At.After(t.Samples[n-1].At) {
+		return
+	}
+	t.Samples = append(t.Samples, s)
+	cut := 0
+	for cut < len(t.Samples) && s.At.Sub(t.Samples[cut].At) > window {
+		cut++
+	}
+	t.Samples = append(t.Samples[:0], t.Samples[cut:]...)
+}
+
+// Slope is the least-squares slope of load over time, in load per second, and
+// whether there is enough history to fit one (3 samples over at least 30 s).
+func (t *Trend) Slope() (float64, bool) {
+	n := len(t.Samples)
+	if n < 3 || t.Samples[n-1].At.Sub(t.Samples[0].At) < 30*time.Second {
+		return 0, false
+	}
+	t0 := t.Samples[0].At
+	var sx, sy, sxx, sxy float64
+	for _, s := range t.Samples {
+		x := s.At.Sub(t0).Seconds()
+		sx += x
+		sy += s.Load
+		sxx += x * x
+		sxy += x * s.Load
+	}
+	fn := float64(n)
+	den := fn*sxx - sx*sx
+	if den == 0 {
+		return 0, false
+	}
+	return (fn*sxy - sx*sy) / den, true
+}
+
+// Forecast is the demand model's view of a service's load over the horizon.
+type Forecast struct {
+	// Peak is the highest load expected from now until now+horizon.
+	Peak float64
+	// Trend is the load the recent trend reaches at the end of the horizon.
+	Trend float64
+	// Profile is the learned peak of the hours the horizon touches (0 when none is learned).
+	Profile float64
+}
+
+// PeakForecast is the load to keep room for over [now, now+horizon]:
+//
+//	trend   = now + max(0, slope) x horizon, at most 2 x now
+//	profile = learned peak of the hours of the week the horizon touches
+//	peak    = max(now, trend, profile)
+//
+// A falling trend never lowers the forecast below the load now: scaling in is
+// the autoscaler's business; the planner only keeps room. The trend is capped
+// because a short, noisy window extrapolated over 15 minutes would otherwise
+// reclaim every lent GPU on a blip; a steeper ramp is still caught a sync later
+// by the load itself, and a recurring one by the profile.
+func PeakForecast(now time.Time, load float64, horizon time.Duration, trend *Trend, profile *Profile) Forecast {
+	if horizon <= 0 {
+		horizon = DefaultHorizon
+	}
+	f := Forecast{Peak: load, Trend: load}
+	if trend != nil {
+		if slope, ok := trend.Slope(); ok && slope > 0 {
+			f.Trend = min(load+slope*horizon.Seconds(), 2*load)
+		}
+	}
+	if profile != nil {
+		if peak, ok := profile.PeakOver(now, horizon); ok {
+			f.Profile = peak
+		}
+	}
+	f.Peak = max(load, f.Trend, f.Profile)
+	return f
+}
