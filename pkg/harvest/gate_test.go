@@ -111,7 +111,7 @@ func TestGateHysteresis(t *testing.T) {
 			},
 		},
 		{
-			name: "after a restart the published verdict stands, no more",
+			name:      "after a restart the published verdict stands, no more",
 			openAfter: time.Minute, published: 4,
 			steps: []step{
 				{0, 8, 4, 4, api.HarvestOpen},
