@@ -1,0 +1,160 @@
+package reclaim
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// member is a running best-effort pod on node, optionally in a gang, that last
+// checkpointed ago before now (0: never, so it loses everything since start an hour ago).
+func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
+	p := gpuPod(name, gpus, now.Add(-time.Hour))
+	p.Namespace = "ml"
+	p.Spec.NodeName = node
+	if gang != "" {
+		p.Labels = map[string]string{api.LabelPodGroup: gang}
+	}
+	if ago > 0 {
+		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: rfc(now.Add(-ago))}
+	}
+	return NewCandidate(p, api.GPUResource, now)
+}
+
+func unitKeys(us []Unit) []string {
+	out := []string{}
+	for _, u := range us {
+		out = append(out, u.Key)
+	}
+	return out
+}
+
+func TestChooseVictims(t *testing.T) {
+	gangKey := "ml/" + api.LabelPodGroup + "="
+	tests := []struct {
+		name       string
+		candidates []Candidate
+		owed       int64
+		want       []string
+	}{
+		{
+			name: "least lost work first: the fresh checkpoint goes",
+			candidates: []Candidate{
+				member("old", "n1", "", 4, 0),                 // an hour lost
+				member("fresh", "n1", "", 4, 2*time.Minute),   // two minutes lost
+				member("middle", "n1", "", 4, 20*time.Minute), //
+			},
+			owed: 4,
+			want: []string{"ml/fresh"},
+		},
+		{
+			name: "one pod with more lost work beats two whose sum is larger",
+			candidates: []Candidate{
+				member("small-a", "n1", "", 2, 10*time.Minute), // 2 x 600 = 1200
+				member("small-b", "n1", "", 2, 10*time.Minute), // 1200
+				member("big", "n1", "", 4, 8*time.Minute),      // 4 x 480 = 1920 < 2400
+			},
+			owed: 4,
+			want: []string{"ml/big"},
+		},
+		{
+			name: "equal lost work: fewest pods",
+			candidates: []Candidate{
+				member("a", "n1", "", 2, 10*time.Minute), // 1200
+				member("b", "n1", "", 2, 10*time.Minute), // 1200
+				member("c", "n1", "", 4, 10*time.Minute), // 2400
+			},
+			owed: 4,
+			want: []string{"ml/c"},
+		},
+		{
+			name: "a gang goes whole, members on other nodes too, and its lost work is summed",
+			candidates: []Candidate{
+				member("g-0", "n1", "train", 2, 5*time.Minute), // 600
+				member("g-1", "n2", "train", 2, 5*time.Minute), // 600: gang 1200
+				member("solo", "n1", "", 2, 8*time.Minute),     // 960
+			},
+			owed: 2,
+			want: []string{"ml/solo"},
+		},
+		{
+			name: "a cheap gang is taken whole even if one member would do",
+			candidates: []Candidate{
+				member("g-0", "n1", "eval", 2, time.Minute),
+				member("g-1", "n1", "eval", 2, time.Minute),
+				member("g-2", "n2", "eval", 2, time.Minute), // gang: 360
+				member("solo", "n1", "", 2, 30*time.Minute),
+			},
+			owed: 2,
+			want: []string{gangKey + "eval"},
+		},
+		{
+			name: "not enough on the node: everything that frees GPUs there",
+			candidates: []Candidate{
+				member("a", "n1", "", 2, time.Minute),
+				member("elsewhere", "n2", "", 8, time.Minute),
+			},
+			owed: 4,
+			want: []string{"ml/a"},
+		},
+		{
+			name:       "nothing owed, nothing chosen",
+			candidates: []Candidate{member("a", "n1", "", 2, time.Minute)},
+			owed:       0,
+			want:       []string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := unitKeys(Choose(Units(tt.candidates), "n1", tt.owed))
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("chose %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnitsSkipTerminatingAndGroupByNamespace(t *testing.T) {
+	a := member("g-0", "n1", "train", 2, time.Minute)
+	b := member("g-1", "n1", "train", 2, time.Minute)
+	b.Pod.DeletionTimestamp = &metaNow
+	other := member("g-0", "n1", "train", 2, time.Minute)
+	other.Pod.Namespace = "other"
+	units := Units([]Candidate{a, b, other})
+	if len(units) != 2 || len(units[0].Members) != 1 || len(units[1].Members) != 1 {
+		t.Fatalf("units %+v: want two one-member gangs (the terminating member left out, namespaces apart)", unitKeys(units))
+	}
+}
+
+func TestReclaimNodeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
+	cands := []Candidate{
+		member("blocked", "n1", "", 4, time.Minute),    // cheapest, but a PDB refuses
+		member("g-0", "n1", "train", 2, 3*time.Minute), // gang: 2 x 2 x 180 = 720
+		member("g-1", "n2", "train", 2, 3*time.Minute),
+		member("pricey", "n1", "", 4, time.Hour),
+	}
+	var pods []*v1.Pod
+	for _, c := range cands {
+		pods = append(pods, c.Pod)
+	}
+	c := newCluster(t, pods, []string{"blocked"}, nil)
+	evicted, owed, errs := c.evictor.ReclaimNode(context.Background(), "n1", cands, 2, "test")
+	if got, want := c.evictions(t), []string{"ml/blocked", "ml/g-0", "ml/g-1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("evictions %v, want %v: after the refusal the whole gang, not the pricey pod", got, want)
+	}
+	if owed != 0 || len(evicted) != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "refused") {
+		t.Fatalf("evicted %v, owed %d, errs %v", names(evicted), owed, errs)
+	}
+	if !reflect.DeepEqual(c.recorder.on, []string{"ml/blocked " + ReasonReclaimBlocked, "ml/g-0 " + ReasonReclaimed, "ml/g-1 " + ReasonReclaimed}) {
+		t.Fatalf("events %v", c.recorder.on)
+	}
+}
+
+var metaNow = metav1.NewTime(now)
