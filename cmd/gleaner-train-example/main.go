@@ -10,7 +10,10 @@
 //   - after each checkpoint, record its time in the pod's
 //     gleaner.dev/last-checkpoint annotation (when running in a cluster).
 //
-// Subcommands: prepare (the preprocess stage), train, and eval. See docs/argo.md.
+// It is called as COMMAND STAGE --flag=value..., the interface of the example
+// Argo pipeline: preprocess writes a dataset, pretrain/sft/rl (aliases of
+// train) train from the previous stage's model, eval scores a model. See
+// docs/argo.md.
 package main
 
 import (
@@ -42,18 +45,20 @@ const (
 	exitSIGTERM   = 143
 )
 
-const usage = `usage: gleaner-train-example COMMAND [flags]
+const usage = `usage: gleaner-train-example STAGE [flags]
 
-Commands:
-  prepare   generate a dataset and write it to --output (the preprocess stage)
-  train     train from --data (or generated data), checkpointing to --checkpoint-dir
-  eval      score the model in --model on --benchmark and write the result to --output
+Stages:
+  preprocess           generate a dataset and write it to --output
+  train                train from --data (or generated data) and --init, checkpointing
+                       to --checkpoint-dir; the model goes to --output
+  pretrain, sft, rl    the same as train, named for the pipeline stage
+  eval                 score the model in --model on --benchmark; the result goes to --output
 
 Locations (--output, --data, --init, --model, --checkpoint-dir) are directories or
 s3://bucket/prefix. S3 settings come from AWS_ENDPOINT_URL, AWS_REGION,
 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the pod's IAM role).
 
-Run "gleaner-train-example COMMAND -h" for a command's flags.
+Run "gleaner-train-example STAGE -h" for a stage's flags.
 `
 
 func main() {
@@ -86,8 +91,8 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx := context.Background()
 	switch args[0] {
-	case "prepare":
-		fs, data := newFlags("prepare", stderr)
+	case "preprocess":
+		fs, data := newFlags(args[0], stderr)
 		output := fs.String("output", "", "location to write "+trainexample.DatasetObject+" to (required)")
 		if code := parse(fs, args[1:]); code >= 0 {
 			return code
@@ -97,16 +102,16 @@ func run(args []string, stderr io.Writer) int {
 		}
 		// Nothing to checkpoint: on a signal, stop at once and let the retry redo it.
 		go func() { <-stop; os.Exit(exitCode()) }()
-		if err := trainexample.Prepare(ctx, data(), *output); err != nil {
-			log.Error("prepare failed", "err", err)
+		if err := trainexample.Preprocess(ctx, data(), *output); err != nil {
+			log.Error("preprocess failed", "err", err)
 			return exitError
 		}
 		log.Info("dataset written", "location", *output)
 		return exitOK
 
-	case "train":
-		fs, data := newFlags("train", stderr)
-		dataLoc := fs.String("data", "", "location of "+trainexample.DatasetObject+" from a prepare stage; empty: generate from --seed/--samples/--features/--noise")
+	case "train", "pretrain", "sft", "rl":
+		fs, data := newFlags(args[0], stderr)
+		dataLoc := fs.String("data", "", "location of "+trainexample.DatasetObject+" from a preprocess stage; empty: generate from --seed/--samples/--features/--noise")
 		ckpt := fs.String("checkpoint-dir", "", "location for this stage's checkpoints; a retried pod must get the same one (required)")
 		initLoc := fs.String("init", "", "location of the previous stage's "+trainexample.ModelObject+" to start from")
 		output := fs.String("output", "", "location to write "+trainexample.ModelObject+" to when training completes")
@@ -156,7 +161,7 @@ func run(args []string, stderr io.Writer) int {
 			return exitCode()
 		}
 		if err != nil {
-			log.Error("train failed", "err", err)
+			log.Error("training failed", "stage", args[0], "err", err)
 			return exitError
 		}
 		// Machine-readable last line, e.g. for comparing runs.
@@ -165,7 +170,7 @@ func run(args []string, stderr io.Writer) int {
 		return exitOK
 
 	case "eval":
-		fs, data := newFlags("eval", stderr)
+		fs, data := newFlags(args[0], stderr)
 		dataLoc := fs.String("data", "", "location of "+trainexample.DatasetObject+"; empty: generate from --seed/--samples/--features/--noise")
 		model := fs.String("model", "", "location of "+trainexample.ModelObject+" (required)")
 		benchmark := fs.String("benchmark", "default", "benchmark name; each is a different resample of the test split")
@@ -187,12 +192,12 @@ func run(args []string, stderr io.Writer) int {
 		log.Info("evaluated", "benchmark", r.Benchmark, "mse", r.MSE, "samples", r.Samples)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "unknown stage %q\n\n%s", args[0], usage)
 	return exitUsage
 }
 
-// newFlags makes a command's flag set with the data-generation flags every
-// command shares and --hparams.
+// newFlags makes a stage's flag set with the data-generation flags every
+// stage shares and --hparams.
 func newFlags(name string, stderr io.Writer) (*flag.FlagSet, func() trainexample.DataSpec) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

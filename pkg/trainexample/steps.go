@@ -55,7 +55,7 @@ func GetJSON(ctx context.Context, location, name string, v any) error {
 }
 
 // DataSpec says where training data comes from: a dataset written by a
-// prepare stage at Location, or, with no Location, one generated from the rest.
+// preprocess stage at Location, or, with no Location, one generated from the rest.
 type DataSpec struct {
 	Location string
 	Seed     uint64
@@ -79,8 +79,8 @@ func (s DataSpec) Load(ctx context.Context) (*Dataset, error) {
 	return &d, nil
 }
 
-// Prepare is the preprocess stage: it generates a dataset and writes it to output.
-func Prepare(ctx context.Context, spec DataSpec, output string) error {
+// Preprocess is the preprocess stage: it generates a dataset and writes it to output.
+func Preprocess(ctx context.Context, spec DataSpec, output string) error {
 	spec.Location = ""
 	d, err := spec.Load(ctx)
 	if err != nil {

@@ -163,7 +163,7 @@ func TestStagesThroughStorage(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	loc := func(s string) string { return filepath.Join(root, s) }
-	if err := Prepare(ctx, DataSpec{Seed: 5, Samples: 300, Features: 3, Noise: 0.1}, loc("data")); err != nil {
+	if err := Preprocess(ctx, DataSpec{Seed: 5, Samples: 300, Features: 3, Noise: 0.1}, loc("data")); err != nil {
 		t.Fatal(err)
 	}
 	opts := TrainOptions{
