@@ -118,6 +118,9 @@ func Train(ctx context.Context, o TrainOptions, stop <-chan struct{}) (Result, e
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint location: %w", err)
 	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
 	t := &Trainer{
 		Config:      o.Config,
 		Data:        data,

@@ -108,6 +108,9 @@ func (t *Trainer) Run(ctx context.Context, stop <-chan struct{}) (Result, error)
 	if t.Now == nil {
 		t.Now = time.Now
 	}
+	if t.Log == nil {
+		t.Log = slog.Default()
+	}
 	id, err := t.identity()
 	if err != nil {
 		return Result{}, err
