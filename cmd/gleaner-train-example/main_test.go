@@ -165,19 +165,23 @@ func parseResult(t *testing.T, stderr string) result {
 	return r
 }
 
-// interrupt starts a run, lets it train for a while, sends SIGTERM and checks
-// the contract: exit 143 within the grace period with a checkpoint saved. It
-// returns the checkpointed step.
+// interrupt resumes a run, waits until it has saved a periodic checkpoint past
+// the one it resumed from (so it has made progress, however loaded the
+// machine), then preempts it with term. It returns the checkpointed step.
 func interrupt(t *testing.T, env []string, ckptDir string, args ...string) int64 {
 	t.Helper()
 	p := start(t, env, args...)
-	p.waitFor("msg=\"resuming from checkpoint\"", 10*time.Second) // or starting fresh; see below
+	p.waitFor("msg=\"resuming from checkpoint\"", 10*time.Second)
+	p.waitFor("msg=\"checkpoint saved\"", 30*time.Second)
 	return p.term(t, ckptDir)
 }
 
+// term sends SIGTERM after letting the run train a little longer, and checks
+// the contract: exit 143 within the grace period with a checkpoint saved. It
+// returns the newest checkpoint's step.
 func (p *proc) term(t *testing.T, ckptDir string) int64 {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond) // let it train past any checkpoint it resumed from
+	time.Sleep(300 * time.Millisecond)
 	sent := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
