@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
@@ -22,6 +23,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/version"
 )
 
@@ -41,6 +43,8 @@ func run() error {
 		leaderElect  bool
 		showVersion  bool
 		bindAddress  string
+		windows      string
+		windowZone   string
 		cfg          controller.Config
 		le           = controller.DefaultLeaderElection()
 		fs           = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
@@ -51,6 +55,19 @@ func run() error {
 	fs.Int32Var(&threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
 	fs.StringVar(&gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
 	fs.Float64Var(&cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
+	fs.Float64Var(&cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
+	fs.DurationVar(&cfg.Horizon, "forecast-horizon", demand.DefaultHorizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
+	fs.Float64Var(&cfg.Margin, "headroom-margin", 0.1, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
+	fs.DurationVar(&cfg.OpenAfter, "open-after", 2*time.Minute, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
+	fs.StringVar(&windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
+	fs.StringVar(&windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
+	fs.BoolVar(&cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
+	fs.DurationVar(&cfg.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
+	fs.DurationVar(&cfg.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
+	fs.Float64Var(&cfg.Autoscale.PanicThreshold, "autoscale-panic-threshold", 2, "Scale out at once when the panic window asks for this many times the current replicas.")
+	fs.IntVar(&cfg.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
+	fs.IntVar(&cfg.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
+	fs.IntVar(&cfg.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
 	fs.DurationVar(&cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
 	fs.StringVar(&cfg.Metrics.Namespace, "inference-namespace", "", "Namespace of inference pods; empty for all.")
 	fs.StringVar(&cfg.Metrics.LabelSelector, "inference-selector", api.LabelRole+"="+api.RoleInference, "Label selector of inference (vLLM) pods.")
@@ -78,6 +95,18 @@ func run() error {
 		return fmt.Errorf("--pool-selector %q: %w", poolSelector, err)
 	}
 	cfg.PoolSelector = sel
+	if cfg.Windows, err = harvest.ParseWindows(windows, windowZone); err != nil {
+		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", windows, windowZone, err)
+	}
+	if cfg.TargetKVCache <= 0 || cfg.TargetKVCache > 1 {
+		return fmt.Errorf("--target-kv-cache %g: must be in (0, 1]", cfg.TargetKVCache)
+	}
+	if cfg.TargetLoad <= 0 {
+		return fmt.Errorf("--target-load %g: must be greater than 0", cfg.TargetLoad)
+	}
+	if cfg.OpenAfter < 0 {
+		return fmt.Errorf("--open-after %v: must not be negative", cfg.OpenAfter)
+	}
 	cfg.BestEffortPriorityThreshold = &threshold
 	cfg.GPUResource = v1.ResourceName(gpuResource)
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
@@ -45,8 +47,32 @@ type Config struct {
 	GPUResource v1.ResourceName
 	// SyncPeriod is how often the plan is recomputed. Default: the scrape interval.
 	SyncPeriod time.Duration
-	// TargetLoad is the running+waiting requests one replica should carry.
+	// TargetLoad is the running+waiting requests one replica should carry, unless
+	// a Deployment's gleaner.dev/target-load says otherwise. Default demand.DefaultTargetLoad.
 	TargetLoad float64
+	// TargetKVCache is the KV-cache usage one replica should carry for services
+	// with gleaner.dev/load-metric: kv-cache. Default demand.DefaultTargetKVCache.
+	TargetKVCache float64
+	// Horizon is how far ahead demand is forecast (the reclaim horizon). Default 15m.
+	Horizon time.Duration
+	// TrendWindow is the recent history the trend is fitted to. Default 5m.
+	TrendWindow time.Duration
+	// Margin is the safety margin on forecast load, as a fraction. Zero means the
+	// default 0.1; negative means none.
+	Margin float64
+	// OpenAfter is how long a node's capacity must stay spare before it is lent
+	// (draining is never delayed). Zero lends at once.
+	OpenAfter time.Duration
+	// Windows restrict lending to times of day. Default: continuous.
+	Windows harvest.Windows
+	// Autoscale tunes the autoscaler of Deployments annotated gleaner.dev/autoscale: "true".
+	Autoscale autoscale.Config
+	// DisableAutoscale switches the autoscaler off for every Deployment.
+	DisableAutoscale bool
+	// ProfileWriteInterval bounds how often a service's learned profile is
+	// written to its Deployment (it is also written when an hour ends and on
+	// shutdown). Default 5m.
+	ProfileWriteInterval time.Duration
 	// Metrics configures the vLLM metrics informer.
 	Metrics vllm.Options
 	Clock   clock.PassiveClock
@@ -78,24 +104,51 @@ func (c *Config) defaults() {
 	if c.Metrics.Clock == nil {
 		c.Metrics.Clock = c.Clock
 	}
+	if c.Horizon <= 0 {
+		c.Horizon = demand.DefaultHorizon
+	}
+	if c.ProfileWriteInterval <= 0 {
+		c.ProfileWriteInterval = 5 * time.Minute
+	}
+	if c.Autoscale.MaxReplicas <= 0 {
+		c.Autoscale.MaxReplicas = 64
+	}
+}
+
+func (c *Config) margin() float64 {
+	switch {
+	case c.Margin == 0:
+		return 0.1
+	case c.Margin < 0:
+		return 0
+	default:
+		return c.Margin
+	}
 }
 
 // Controller plans and publishes harvest verdicts and reclaims lent GPUs.
 type Controller struct {
-	cfg       Config
-	client    kubernetes.Interface
-	factory   informers.SharedInformerFactory
-	nodes     corelisters.NodeLister
-	pods      corelisters.PodLister
-	synced    []cache.InformerSynced
-	load      *vllm.Informer
-	evictor   *reclaim.Evictor
-	broadcast record.EventBroadcaster
+	cfg     Config
+	client  kubernetes.Interface
+	factory informers.SharedInformerFactory
+	nodes   corelisters.NodeLister
+	pods    corelisters.PodLister
+	// deployments: inference Deployments carry per-service settings, the
+	// learned profile, and the autoscaler's scale subresource.
+	deployments appslisters.DeploymentLister
+	synced      []cache.InformerSynced
+	load        *vllm.Informer
+	evictor     *reclaim.Evictor
+	broadcast   record.EventBroadcaster
+	recorder    record.EventRecorder
 
 	// Accounting state, touched only by Sync.
 	lastSync      time.Time
 	drainingSince map[string]time.Time
 	seenBound     map[types.UID]bool
+	// Demand and planning state, touched only by Sync.
+	services map[string]*service
+	gate     harvest.Gate
 }
 
 // New builds a controller. Nothing runs until Run.
@@ -104,20 +157,25 @@ func New(client kubernetes.Interface, cfg Config) *Controller {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodes := factory.Core().V1().Nodes()
 	pods := factory.Core().V1().Pods()
+	deployments := factory.Apps().V1().Deployments()
 	broadcast := record.NewBroadcaster()
 	recorder := broadcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component})
 	return &Controller{
-		cfg:       cfg,
-		client:    client,
-		factory:   factory,
-		nodes:     nodes.Lister(),
-		pods:      pods.Lister(),
-		synced:    []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced},
-		load:      vllm.NewInformer(client, cfg.Metrics),
-		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder},
-		broadcast: broadcast,
+		cfg:         cfg,
+		client:      client,
+		factory:     factory,
+		nodes:       nodes.Lister(),
+		pods:        pods.Lister(),
+		deployments: deployments.Lister(),
+		synced:      []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced},
+		load:        vllm.NewInformer(client, cfg.Metrics),
+		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder},
+		broadcast:   broadcast,
+		recorder:    recorder,
 
 		drainingSince: map[string]time.Time{},
+		services:      map[string]*service{},
+		gate:          harvest.Gate{OpenAfter: cfg.OpenAfter, Windows: cfg.Windows},
 	}
 }
 
@@ -149,6 +207,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			logger.Error(err, "Harvest sync failed")
 		}
 	}, c.cfg.SyncPeriod)
+	// Keep what was learned since the last write: a restart must not forget it.
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	c.saveProfiles(flushCtx, c.cfg.Clock.Now(), true)
+	cancel()
 	return <-loadDone
 }
 
@@ -178,6 +240,8 @@ func (c *Controller) sync(ctx context.Context) error {
 
 	byNode := map[string]*harvest.Node{}
 	var planned []harvest.Node
+	published := map[string]int64{}
+	var largestNodeGPUs int64
 	for _, n := range nodeList {
 		gpus := n.Status.Allocatable[c.cfg.GPUResource]
 		byNode[n.Name] = &harvest.Node{
@@ -186,8 +250,14 @@ func (c *Controller) sync(ctx context.Context) error {
 			Schedulable:     !n.Spec.Unschedulable && nodeReady(n),
 			AllocatableGPUs: gpus.Value(),
 		}
+		if byNode[n.Name].InPool {
+			largestNodeGPUs = max(largestNodeGPUs, gpus.Value())
+		}
+		if v, err := harvest.ReadNode(n); err == nil {
+			published[n.Name] = v.HarvestableGPUs
+		}
 	}
-	candidates := map[string][]reclaim.Candidate{}
+	var candidates []reclaim.Candidate
 	for _, p := range podList {
 		n, ok := byNode[p.Spec.NodeName]
 		if !ok || !api.HoldsResources(p) {
@@ -197,7 +267,7 @@ func (c *Controller) sync(ctx context.Context) error {
 		switch {
 		case api.IsBestEffort(p, threshold):
 			n.LentGPUs += gpus
-			candidates[n.Name] = append(candidates[n.Name], reclaim.NewCandidate(p, c.cfg.GPUResource, now))
+			candidates = append(candidates, reclaim.NewCandidate(p, c.cfg.GPUResource, now))
 		default:
 			n.ReservedGPUs += gpus
 		}
@@ -211,15 +281,16 @@ func (c *Controller) sync(ctx context.Context) error {
 	c.account(now, podList, byNode)
 	sort.Slice(planned, func(i, j int) bool { return planned[i].Name < planned[j].Name })
 
-	needs := c.assessServices()
+	rounds := c.assessServices(ctx, now, largestNodeGPUs)
 	var headroom []harvest.Headroom
-	for _, need := range needs {
+	for _, r := range rounds {
+		need := r.need
 		if need.Spare > 0 {
 			logger.V(2).Info("Keeping headroom", "service", need.Service, "replicas", need.Spare, "gpusPerReplica", need.GPUsPerReplica, "reason", need.Reason)
 			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
 		}
 	}
-	plan := harvest.MakePlan(planned, headroom)
+	plan := c.gate.Apply(now, planned, harvest.MakePlan(planned, headroom), published)
 	for _, u := range plan.Unplaced {
 		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
 	}
@@ -233,7 +304,20 @@ func (c *Controller) sync(ctx context.Context) error {
 		}
 		if np.ReclaimGPUs > 0 {
 			why := fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, byNode[n.Name].LentGPUs, np.HeadroomGPUs)
-			evicted, owed, evictErrs := c.evictor.ReclaimGPUs(ctx, candidates[n.Name], np.ReclaimGPUs, why)
+			evicted, owed, evictErrs := c.evictor.ReclaimNode(ctx, n.Name, candidates, np.ReclaimGPUs, why)
+			// Gang members elsewhere are on their way out too: no other node may pick them again.
+			gone := map[types.UID]bool{}
+			for _, v := range evicted {
+				gone[v.Pod.UID] = true
+			}
+			for i, cand := range candidates {
+				if gone[cand.Pod.UID] && cand.Pod.DeletionTimestamp == nil {
+					p := cand.Pod.DeepCopy()
+					ts := metav1.NewTime(now)
+					p.DeletionTimestamp = &ts
+					candidates[i].Pod = p
+				}
+			}
 			for _, v := range evicted {
 				logger.Info("Reclaimed GPUs", "pod", klog.KObj(v.Pod), "node", n.Name, "why", why)
 				evictionsTotal.WithLabelValues("evicted").Inc()
@@ -252,6 +336,10 @@ func (c *Controller) sync(ctx context.Context) error {
 			errs = append(errs, evictErrs...)
 		}
 	}
+	if !c.cfg.DisableAutoscale {
+		errs = append(errs, c.autoscaleServices(ctx, now, rounds)...)
+	}
+	c.saveProfiles(ctx, now, false)
 	if len(errs) > 0 {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}
@@ -341,37 +429,6 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, plan harve
 		unplaced += u.Replicas
 	}
 	unplacedHeadroom.Set(float64(unplaced))
-}
-
-// assessServices groups the informer's inference pods by service and asks the
-// demand model what each needs.
-func (c *Controller) assessServices() []demand.Need {
-	services := map[string]*demand.Service{}
-	for _, pl := range c.load.Snapshot() {
-		key := pl.Namespace + "/" + pl.Service
-		s, ok := services[key]
-		if !ok {
-			s = &demand.Service{Name: key, TargetLoad: c.cfg.TargetLoad}
-			services[key] = s
-		}
-		s.Replicas = append(s.Replicas, demand.Replica{
-			Known:    pl.Fresh,
-			Starting: !pl.Fresh && pl.ScrapedAt.IsZero() && pl.LastError == nil,
-			Running:  pl.Metrics.Running,
-			Waiting:  pl.Metrics.Waiting,
-			GPUs:     pl.GPUs,
-		})
-	}
-	keys := make([]string, 0, len(services))
-	for k := range services {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	needs := make([]demand.Need, 0, len(keys))
-	for _, k := range keys {
-		needs = append(needs, demand.Assess(*services[k]))
-	}
-	return needs
 }
 
 // publish writes a node's verdict only when it changed. A node Gleaner never

@@ -1,0 +1,36 @@
+package controller
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+// Metrics of the demand model and the autoscaler; registered with the others
+// by RegisterMetrics and listed in docs/metrics.md.
+var (
+	forecastPeakLoad = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "demand_forecast_load",
+		Help:           "Peak load a service is expected to reach over the reclaim horizon, in its load metric (requests or KV-cache fraction summed over replicas).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
+	profileWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "demand_profile_writes_total",
+		Help:           "Writes of learned demand profiles to Deployment annotations, by result: written, error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	autoscaleOps = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "autoscale_operations_total",
+		Help:           "Scale changes the autoscaler made to inference Deployments, by direction (up, down) and result (scaled, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"direction", "result"})
+	invalidAnnotations = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "invalid_annotations_total",
+		Help:           "Times a Deployment's gleaner.dev annotations were found invalid and replaced by defaults (each also an Event on the Deployment).",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+// policyMetrics lists the metrics above for RegisterMetrics and the docs test.
+var policyMetrics = []interface {
+	metrics.Registerable
+	FQName() string
+}{forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}
