@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
 // The controller's metrics, served on its /metrics endpoint. docs/metrics.md
@@ -68,12 +70,25 @@ var (
 	})
 )
 
-var registerOnce sync.Once
+var (
+	registerOnce sync.Once
+	allMetrics   = []interface {
+		metrics.Registerable
+		FQName() string
+	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
+		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors}
+)
 
-// RegisterMetrics adds the controller's metrics to the legacy registry served on /metrics.
+// RegisterMetrics adds the controller's and the vLLM informer's metrics to the
+// legacy registry served on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
-			reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors)
+		for _, m := range allMetrics {
+			legacyregistry.MustRegister(m)
+		}
+		for _, m := range policyMetrics {
+			legacyregistry.MustRegister(m)
+		}
+		vllm.RegisterMetrics()
 	})
 }

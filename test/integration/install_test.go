@@ -201,14 +201,30 @@ func TestInstall(t *testing.T) {
 			t.Run(component, func(t *testing.T) {
 				deployment := renderedDeployment(t, objs, component)
 				kubeconfig := serviceAccountKubeconfig(t, cp, component)
+				var metricsURL string
 				start := func(name string) *process {
 					args, healthURL := processArgs(t, objs, deployment, kubeconfig)
 					p := startProcess(t, name, filepath.Join(bin, component), args...)
 					waitHealthy(t, p, healthURL)
+					metricsURL = strings.TrimSuffix(healthURL, "/healthz") + "/metrics"
 					return p
 				}
 				first := start(component + "-0")
 				leader := waitLeaseHolder(t, cp, component, "", 30*time.Second)
+				if component == "gleaner-controller" {
+					// The controller's own endpoint serves Gleaner's metrics without credentials.
+					resp, err := http.Get(metricsURL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					for _, m := range []string{"gleaner_controller_sync_duration_seconds", "gleaner_vllm_scrape_duration_seconds"} {
+						if !strings.Contains(string(body), m) {
+							t.Errorf("%s does not serve %s", metricsURL, m)
+						}
+					}
+				}
 				second := start(component + "-1")
 				if holder := leaseHolder(t, cp, component); holder != leader {
 					t.Fatalf("lease moved from %s to %s when a second replica started", leader, holder)
