@@ -17,7 +17,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build manifests test test-unit test-integration verify fmt vet tidy-check clean
+.PHONY: all build manifests bench-scheduler test test-unit test-integration verify fmt vet tidy-check clean
 
 all: build
 
@@ -29,6 +29,15 @@ manifests:
 	@mkdir -p dist
 	$(GO) run ./hack/render manifests > dist/install.yaml
 	@echo "wrote dist/install.yaml"
+
+# Scheduler throughput and reclaim benchmark, gleaner-scheduler profile against
+# the default plugins on one in-process scheduler. The log lands in bench/.
+NODES ?= 500
+PODS ?= 1000
+bench-scheduler:
+	@mkdir -p bench
+	BENCH_NODES=$(NODES) BENCH_PODS=$(PODS) $(GO) test -count=1 -timeout 120m -run '^TestSchedulerThroughput$$' -v ./test/integration/ > bench/scheduler-$(NODES)n-$(PODS)p.log 2>&1; rc=$$?; \
+		grep -E '_test.go:[0-9]+:|^(reclaim|throughput) ' bench/scheduler-$(NODES)n-$(PODS)p.log; exit $$rc
 
 test: test-unit test-integration
 

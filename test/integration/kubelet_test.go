@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -115,15 +116,21 @@ func (k *standInKubelet) deleted() map[string]int64 {
 // createGPUNode creates a Ready node with gpus allocatable GPUs, as a kubelet would register it.
 func createGPUNode(t *testing.T, client kubernetes.Interface, name string, gpus int64, nodeLabels map[string]string) {
 	t.Helper()
-	ctx := context.Background()
+	if err := registerGPUNode(context.Background(), client, name, gpus, nodeLabels, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerGPUNode creates the node and then reports it Ready, as a kubelet does.
+func registerGPUNode(ctx context.Context, client kubernetes.Interface, name string, gpus int64, nodeLabels, annotations map[string]string) error {
 	lbls := map[string]string{"kubernetes.io/hostname": name}
 	for k, v := range nodeLabels {
 		lbls[k] = v
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls, Annotations: annotations}}
 	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("creating node %s: %v", name, err)
+		return fmt.Errorf("creating node %s: %w", name, err)
 	}
 	capacity := v1.ResourceList{
 		v1.ResourceCPU:    resource.MustParse("64"),
@@ -141,6 +148,7 @@ func createGPUNode(t *testing.T, client kubernetes.Interface, name string, gpus 
 		}},
 	}
 	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("setting status of node %s: %v", name, err)
+		return fmt.Errorf("setting status of node %s: %w", name, err)
 	}
+	return nil
 }
