@@ -171,5 +171,6 @@ func quantile(q float64, bounds, counts []float64) float64 {
 	if in <= 0 || math.IsInf(bounds[b], 0) {
 		return bounds[b]
 	}
-	return start + (bounds[b]-start)*(rank-below)/in
+	// Rounding can push the interpolation a hair past the bucket's bound.
+	return min(bounds[b], start+(bounds[b]-start)*(rank-below)/in)
 }
