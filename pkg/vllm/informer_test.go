@@ -430,20 +430,19 @@ vllm:time_to_first_token_seconds_sum{engine="0"} %g
 // TestInformerReadinessFlap: a sample taken before a pod lost readiness does
 // not make it fresh again once it is Ready; only a new scrape does.
 func TestInformerReadinessFlap(t *testing.T) {
+	// While hang is set, requests wait; once it is cleared they are answered.
 	var hang atomic.Bool
-	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hang.Load() {
+		for hang.Load() {
 			select {
-			case <-release:
+			case <-time.After(5 * time.Millisecond):
 			case <-r.Context().Done():
+				return
 			}
-			return
 		}
 		fmt.Fprint(w, exposition(0, 0, 0))
 	}))
 	defer srv.Close()
-	defer close(release)
 	u, _ := url.Parse(srv.URL)
 	pod := inferencePod("p", withAnnotation(api.AnnotationMetricsPort, u.Port()))
 	client := fake.NewClientset(pod)
