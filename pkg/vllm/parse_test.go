@@ -1,6 +1,7 @@
 package vllm
 
 import (
+	"bytes"
 	"math"
 	"os"
 	"path/filepath"
@@ -291,6 +292,29 @@ vllm:time_per_output_token_seconds_sum 0.01
 				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{9, 10}, Count: 10, Sum: 0.4}},
 		},
 		{
+			name: "time_per_output_token_seconds is not read beside inter_token_latency_seconds",
+			text: `vllm:num_requests_running 0
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{le="0.05"} 1
+vllm:inter_token_latency_seconds_bucket{le="+Inf"} 1
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.05"} 5
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 1
+`,
+			want: Metrics{Engines: 1,
+				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{1, 1}, Count: 1}},
+		},
+		{
+			name: "inter_token_latency_seconds samples without their TYPE line are no histogram: the older name is read",
+			text: `vllm:num_requests_running 0
+vllm:inter_token_latency_seconds_bucket{le="+Inf"} 1
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 2
+`,
+			want: Metrics{Engines: 1,
+				InterTokenLatency: Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{2}, Count: 2}},
+		},
+		{
 			name: "older vLLM: time_per_output_token_seconds fallback",
 			text: `vllm:num_requests_running 0
 # TYPE vllm:time_per_output_token_seconds histogram
@@ -414,6 +438,81 @@ vllm:request_queue_time_seconds_sum -1
 	}
 }
 
+func TestSelectLines(t *testing.T) {
+	tests := []struct {
+		line string
+		keep bool
+	}{
+		{"vllm:num_requests_running{engine=\"0\"} 1", true},
+		{"  vllm:num_requests_running 1", true},
+		{"vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} 1", true},
+		{"vllm:time_to_first_token_seconds_sum 1", true},
+		{"vllm:time_to_first_token_seconds_count\t1", true},
+		{"# HELP vllm:num_requests_waiting Number of requests waiting.", false},
+		{"# TYPE vllm:kv_cache_usage_perc gauge", true},
+		{"#TYPE\tvllm:gpu_cache_usage_perc gauge", true},
+		{"vllm:time_to_first_token_seconds_created{engine=\"0\"} 1.7e+09", false},
+		{"# TYPE vllm:prompt_tokens_created gauge", false},
+		{"vllm:iteration_tokens_total_bucket{le=\"1\"} 994", false},
+		{"process_cpu_seconds_total 12", false},
+		{"# HELP python_info Python platform information", false},
+		{"# a comment the parser skips", false},
+		// Not certain what these are: the parser decides.
+		{"...", true},
+		{"<html><body>502</body></html>", true},
+		{"{\"vllm:num_requests_running\"} 2", true},
+		{"{}", true},
+		{"# TYPE \"process.cpu\" counter", true},
+		{"# TYPE process_cpu_seconds_total{ counter", true},
+		{"# HELPER vllm:num_requests_running", true},
+		{"process_cpu_seconds_total", true},
+		{"process_cpu_seconds_total=12", true},
+		{"", true},
+	}
+	for _, tc := range tests {
+		for _, last := range []bool{false, true} {
+			var sel bytes.Buffer
+			text := tc.line + "\n"
+			want := tc.keep
+			if last {
+				// An unterminated last line always reaches the parser.
+				text, want = tc.line, true
+			}
+			selectLines(&sel, []byte(text), true)
+			if got := sel.Len() > 0 || tc.line == ""; got != want {
+				t.Errorf("line %q (unterminated: %v): kept = %v, want %v", tc.line, last, got, want)
+			}
+		}
+	}
+}
+
+func TestParseErrorNamesTheOriginalLine(t *testing.T) {
+	tests := []struct{ name, text, want string }{
+		{
+			name: "after lines of other families",
+			text: "# HELP process_cpu_seconds_total CPU.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1\n" +
+				"vllm:num_requests_running 1\nvllm:num_requests_waiting one\n",
+			want: `text format parsing error in line 5: expected float as value, got "one" (line 5 reads "vllm:num_requests_waiting one")`,
+		},
+		{
+			name: "after the older inter-token latency family, dropped beside the newer",
+			text: "# TYPE vllm:time_per_output_token_seconds histogram\nvllm:time_per_output_token_seconds_bucket{le=\"+Inf\"} 1\n" +
+				"# TYPE vllm:inter_token_latency_seconds histogram\nvllm:inter_token_latency_seconds_bucket{le=\"+Inf\"} 1\n" +
+				"vllm:num_requests_running{engine=\"0\" 1\n",
+			// The parser saw it as its line 3.
+			want: `text format parsing error in line 5: unexpected end of label value "0" (line 5 reads "vllm:num_requests_running{engine=\"0\" 1")`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tc.text))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Parse error = %v, want one containing %s", err, tc.want)
+			}
+		})
+	}
+}
+
 func checkParse(t *testing.T, got Metrics, err error, want Metrics, wantErr string) {
 	t.Helper()
 	if wantErr != "" {
@@ -495,6 +594,14 @@ func FuzzParse(f *testing.F) {
 	f.Add("")
 	f.Fuzz(func(t *testing.T, text string) {
 		m, err := Parse(strings.NewReader(text))
+		// Skipping the lines of other families must not change the outcome
+		// whenever the whole text is valid: same Metrics, or an error both ways.
+		if families, fullErr := parseText(strings.NewReader(text)); fullErr == nil {
+			want, wantErr := extract(families)
+			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(m, want) {
+				t.Fatalf("with lines selected: %+v, %v\nparsed whole: %+v, %v", m, err, want, wantErr)
+			}
+		}
 		if err != nil {
 			if !reflect.DeepEqual(m, Metrics{}) {
 				t.Fatalf("partial data with error %v: %+v", err, m)

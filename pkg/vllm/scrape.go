@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	"k8s.io/client-go/transport"
 )
 
@@ -199,32 +198,14 @@ func (s *Scraper) Scrape(ctx context.Context, url string) (Metrics, error) {
 	if int64(buf.Len()) > maxBytes {
 		return fail(ReasonBodyTooLarge, bodyTooLarge(maxBytes))
 	}
-	m, err := Parse(bytes.NewReader(buf.Bytes()))
+	m, err := parseBytes(buf.Bytes())
 	if err != nil {
 		if errors.Is(err, ErrNotVLLM) {
 			return fail(ReasonNotVLLM, err)
 		}
-		return fail(ReasonParse, quoteLine(buf.Bytes(), err))
+		return fail(ReasonParse, err)
 	}
 	return m, nil
-}
-
-// quoteLine adds the line a text-format error points at, so whoever reads the
-// error sees what the server sent.
-func quoteLine(body []byte, err error) error {
-	var pe expfmt.ParseError
-	if !errors.As(err, &pe) || pe.Line < 1 {
-		return err
-	}
-	lines := bytes.SplitN(body, []byte("\n"), pe.Line+1)
-	if len(lines) < pe.Line {
-		return err
-	}
-	line := string(lines[pe.Line-1])
-	if len(line) > 120 {
-		line = line[:120] + "..."
-	}
-	return fmt.Errorf("%w (line %d reads %q)", err, pe.Line, line)
 }
 
 func bodyTooLarge(maxBytes int64) error {
