@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -152,11 +151,7 @@ func startTwoProfileScheduler(t *testing.T, ctx context.Context, cp *controlPlan
 		t.Fatal(err)
 	}
 	cc, sched := setupScheduler(t, ctx, cp, out, gleanerscheduler.Plugins()...)
-	go func() {
-		if err := app.Run(ctx, cc, sched); err != nil && ctx.Err() == nil {
-			t.Errorf("scheduler stopped: %v", err)
-		}
-	}()
+	runScheduler(t, ctx, cc, sched)
 }
 
 // boundCounter counts, per batch (the pods' "batch" label), pods that have been

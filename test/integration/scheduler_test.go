@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -29,11 +30,27 @@ func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) 
 		t.Fatalf("reading the shipped scheduler config: %v", err)
 	}
 	cc, sched := setupScheduler(t, ctx, cp, raw, gleanerscheduler.Plugins()...)
+	runScheduler(t, ctx, cc, sched)
+}
+
+// runScheduler runs app.Run until ctx ends. app.Run registers the process-global
+// configz "componentconfig"; it is removed when the test ends so the next test
+// in this binary can run a scheduler of its own.
+func runScheduler(t *testing.T, ctx context.Context, cc *schedulerconfig.CompletedConfig, sched *scheduler.Scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := app.Run(ctx, cc, sched); err != nil && ctx.Err() == nil {
-			t.Errorf("gleaner-scheduler stopped: %v", err)
+			t.Errorf("scheduler stopped: %v", err)
 		}
 	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		configz.Delete("componentconfig")
+	})
 }
 
 // startDefaultScheduler runs the stock kube-scheduler with its default profile.
