@@ -5,6 +5,7 @@ package scheduler
 import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
 )
@@ -14,5 +15,6 @@ func Plugins() []app.Option {
 	return []app.Option{
 		app.WithPlugin(gpuharvest.Name, gpuharvest.New),
 		app.WithPlugin(reclaimpreemption.Name, reclaimpreemption.New),
+		app.WithPlugin(gang.Name, gang.New),
 	}
 }

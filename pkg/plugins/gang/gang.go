@@ -1,0 +1,307 @@
+// Package gang places multi-pod best-effort jobs all or nothing. Members name
+// their scheduler-plugins PodGroup with the label scheduling.x-k8s.io/pod-group;
+// each member waits at Permit, holding its reservation, until minMember members
+// have one, and then all are bound together. A group that cannot fully fit
+// gives its GPUs back when its timeout passes and backs off for as long, so
+// other jobs can use them meanwhile.
+package gang
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+	pginformers "sigs.k8s.io/scheduler-plugins/pkg/generated/informers/externalversions"
+	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+)
+
+// Name of the plugin in the scheduler configuration.
+const Name = "Gang"
+
+// Failure reasons.
+const (
+	ErrReasonNoPodGroup  = "pod group not found"
+	ErrReasonTooFewPods  = "pod group has fewer pods than minMember"
+	ErrReasonBackingOff  = "pod group timed out waiting for all members and is backing off"
+	ErrReasonSiblingLost = "another member of the pod group was rejected"
+)
+
+// Args configures Gang.
+type Args struct {
+	// DefaultTimeoutSeconds is how long members wait at Permit for the rest of the
+	// group when the PodGroup does not set scheduleTimeoutSeconds. Default 60.
+	DefaultTimeoutSeconds *int32 `json:"defaultTimeoutSeconds,omitempty"`
+}
+
+// Default fills unset fields.
+func (a *Args) Default() {
+	if a.DefaultTimeoutSeconds == nil {
+		a.DefaultTimeoutSeconds = new(int32(60))
+	}
+}
+
+// Validate checks defaulted args.
+func (a *Args) Validate(path *field.Path) field.ErrorList {
+	if t := *a.DefaultTimeoutSeconds; t <= 0 {
+		return field.ErrorList{field.Invalid(path.Child("defaultTimeoutSeconds"), t, "must be greater than 0")}
+	}
+	return nil
+}
+
+// Gang implements PreFilter, Permit and Reserve for pod groups.
+type Gang struct {
+	handle  fwk.Handle
+	groups  pglisters.PodGroupLister
+	timeout time.Duration
+	clock   clock.WithDelayedExecution
+
+	mu sync.Mutex
+	// backoff holds, per namespace/group, when a timed-out group may try again.
+	backoff map[string]time.Time
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &Gang{}
+	_ fwk.PermitPlugin      = &Gang{}
+	_ fwk.ReservePlugin     = &Gang{}
+	_ fwk.EnqueueExtensions = &Gang{}
+	_ fwk.SignPlugin        = &Gang{}
+)
+
+// New builds the plugin and starts a PodGroup informer.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args Args
+	if err := pluginargs.Decode(Name, obj, &args); err != nil {
+		return nil, err
+	}
+	// The scheduler's connection speaks protobuf, which CRDs do not.
+	cfg := rest.CopyConfig(h.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	client, err := pgclientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: PodGroup client: %w", Name, err)
+	}
+	factory := pginformers.NewSharedInformerFactory(client, 0)
+	groups := factory.Scheduling().V1alpha1().PodGroups()
+	g := &Gang{
+		handle:  h,
+		groups:  groups.Lister(),
+		timeout: time.Duration(*args.DefaultTimeoutSeconds) * time.Second,
+		clock:   clock.RealClock{},
+		backoff: map[string]time.Time{},
+	}
+	// A PodGroup appearing or changing is not an event the scheduler watches
+	// (that would need its dynamic informer, which blocks start-up until the CRD
+	// exists), so the plugin re-activates the group's pending members itself.
+	if _, err := groups.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { g.activateMembers(obj) },
+		UpdateFunc: func(_, obj interface{}) { g.activateMembers(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watching PodGroups: %w", Name, err)
+	}
+	factory.Start(ctx.Done())
+	return g, nil
+}
+
+// Name returns the plugin name.
+func (g *Gang) Name() string { return Name }
+
+func (g *Gang) activateMembers(obj interface{}) {
+	if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
+		g.activateGroup(pg.Namespace, pg.Name)
+	}
+}
+
+// activateGroup moves the group's pending members back to the active queue.
+func (g *Gang) activateGroup(namespace, name string) {
+	members, err := g.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: name}))
+	if err != nil {
+		return
+	}
+	pending := map[string]*v1.Pod{}
+	for _, p := range members {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			pending[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if len(pending) > 0 {
+		g.handle.Activate(klog.Background(), pending)
+	}
+}
+
+func groupOf(pod *v1.Pod) string { return pod.Labels[api.LabelPodGroup] }
+
+func groupKey(namespace, name string) string { return namespace + "/" + name }
+
+// PreFilter skips pods outside a group and rejects members of a group that
+// cannot be complete: missing PodGroup, fewer pods than minMember, or a group
+// backing off after a timeout.
+func (g *Gang) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	name := groupOf(pod)
+	if name == "" {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	pg, err := g.groups.PodGroups(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s: %s/%s", ErrReasonNoPodGroup, pod.Namespace, name))
+	}
+	if until, ok := g.backingOff(groupKey(pod.Namespace, name)); ok {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s until %s", ErrReasonBackingOff, until.Format(time.RFC3339)))
+	}
+	members, err := g.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: name}))
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	live := 0
+	for _, m := range members {
+		if m.DeletionTimestamp == nil {
+			live++
+		}
+	}
+	if int32(live) < pg.Spec.MinMember {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s: %d of %d", ErrReasonTooFewPods, live, pg.Spec.MinMember))
+	}
+	klog.FromContext(ctx).V(5).Info("Gang member may be scheduled", "pod", klog.KObj(pod), "group", name, "members", live)
+	return nil, nil
+}
+
+// PreFilterExtensions is not needed.
+func (g *Gang) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+func (g *Gang) backingOff(key string) (time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until, ok := g.backoff[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	if !g.clock.Now().Before(until) {
+		delete(g.backoff, key)
+		return time.Time{}, false
+	}
+	return until, true
+}
+
+// Permit lets the member that completes the group release every waiting member;
+// the others wait, holding their reservations, for at most the group's timeout.
+func (g *Gang) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.Status, time.Duration) {
+	name := groupOf(pod)
+	if name == "" {
+		return nil, 0
+	}
+	pg, err := g.groups.PodGroups(pod.Namespace).Get(name)
+	if err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s/%s", ErrReasonNoPodGroup, pod.Namespace, name)), 0
+	}
+	placed, err := g.placedMembers(pod)
+	if err != nil {
+		return fwk.AsStatus(err), 0
+	}
+	if int32(placed+1) >= pg.Spec.MinMember {
+		klog.FromContext(ctx).V(2).Info("Pod group complete, binding all members", "group", klog.KObj(pg), "placed", placed+1)
+		g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+			if p := wp.GetPod(); p.Namespace == pod.Namespace && groupOf(p) == name {
+				wp.Allow(Name)
+			}
+		})
+		return nil, 0
+	}
+	timeout := g.timeout
+	if pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
+		timeout = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
+	}
+	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d more members of pod group %s", int(pg.Spec.MinMember)-placed-1, name)), timeout
+}
+
+// placedMembers counts other members already bound or assumed (waiting at
+// Permit), from the scheduler's snapshot.
+func (g *Gang) placedMembers(pod *v1.Pod) (int, error) {
+	nodes, err := g.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return 0, err
+	}
+	name := groupOf(pod)
+	n := 0
+	for _, ni := range nodes {
+		for _, pi := range ni.GetPods() {
+			p := pi.GetPod()
+			if p.UID != pod.UID && p.Namespace == pod.Namespace && groupOf(p) == name && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// Reserve has nothing to do; Unreserve is where a failed member takes the rest down.
+func (g *Gang) Reserve(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status { return nil }
+
+// Unreserve runs when a member's placement fails, including a Permit timeout.
+// Its waiting siblings are rejected at once, so the group's reservations are
+// all released, and the group backs off for its timeout before trying again.
+func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
+	name := groupOf(pod)
+	if name == "" {
+		return
+	}
+	backoff := g.timeout
+	if pg, err := g.groups.PodGroups(pod.Namespace).Get(name); err == nil && pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
+		backoff = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
+	}
+	g.mu.Lock()
+	g.backoff[groupKey(pod.Namespace, name)] = g.clock.Now().Add(backoff)
+	g.mu.Unlock()
+	// Nothing in the cluster changes when the backoff ends: wake the group then.
+	g.clock.AfterFunc(backoff, func() { g.activateGroup(pod.Namespace, name) })
+	rejected := 0
+	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if p := wp.GetPod(); p.Namespace == pod.Namespace && groupOf(p) == name && p.UID != pod.UID {
+			wp.Reject(Name, ErrReasonSiblingLost)
+			rejected++
+		}
+	})
+	klog.FromContext(ctx).V(2).Info("Pod group member failed; released the group", "pod", klog.KObj(pod), "group", name, "rejectedWaiting", rejected, "backoff", backoff)
+}
+
+// SignPod: members of a group are not batched, since Permit decides them
+// together; other pods carry no fragment from this plugin.
+func (g *Gang) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if groupOf(pod) != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pod group members are placed together at Permit")
+	}
+	return nil, nil
+}
+
+// EventsToRegister: a rejected member may fit when another member appears. A
+// PodGroup appearing and a backoff ending are handled by activateGroup.
+func (g *Gang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
+	}, nil
+}
+
+func isSchedulableAfterMemberAdded(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	added, ok := newObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("expected *v1.Pod, got %T", newObj)
+	}
+	if name := groupOf(pod); name != "" && added.Namespace == pod.Namespace && groupOf(added) == name {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}

@@ -1,0 +1,127 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// installPodGroupCRD creates the PodGroup CRD shipped in manifests/ and waits until it is served.
+func installPodGroupCRD(t *testing.T, cp *controlPlane) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "crds", "podgroups.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for crd.Name == "" { // skip the empty document before the leading "---"
+		if err := dec.Decode(&crd); err != nil {
+			t.Fatalf("decoding the PodGroup CRD: %v", err)
+		}
+	}
+	client := apiextensionsclient.NewForConfigOrDie(cp.config)
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), &crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the PodGroup CRD to be established", func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// TestPodGroupCRDMatchesModule: the CRD shipped in manifests/ is the one of the
+// scheduler-plugins version in go.mod.
+func TestPodGroupCRDMatchesModule(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/scheduler-plugins").Output()
+	if err != nil {
+		t.Fatalf("locating sigs.k8s.io/scheduler-plugins: %v", err)
+	}
+	upstream, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "scheduling.x-k8s.io_podgroups.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "crds", "podgroups.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasSuffix(shipped, upstream) {
+		t.Fatal("manifests/base/crds/podgroups.yaml differs from the module's CRD: copy it again (keeping the header)")
+	}
+}
+
+// TestGangAllOrNothing: a two-member PodGroup whose members need a whole node
+// each binds only when both fit; while one cannot, the other holds its node only
+// until the group's timeout, and then a lone job can use it.
+func TestGangAllOrNothing(t *testing.T) {
+	env := startHarvestEnv(t)
+	installPodGroupCRD(t, env.cp)
+	env.waitVerdict("gpu-a", open(8), 30*time.Second)
+	env.waitVerdict("gpu-b", open(8), 10*time.Second)
+
+	// One node is taken by a lone job, so only one member can be placed.
+	env.create(bestEffortPod("blocker", 8))
+	blockerNode := env.waitBound(researchNS, "blocker", 20*time.Second)
+
+	cfg := rest.CopyConfig(env.cp.config)
+	cfg.ContentType = "application/json" // CRDs do not speak protobuf
+	pgs := pgclientset.NewForConfigOrDie(cfg)
+	timeout := int32(3)
+	if _, err := pgs.SchedulingV1alpha1().PodGroups(researchNS).Create(context.Background(), &schedv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-2x8", Namespace: researchNS},
+		Spec:       schedv1alpha1.PodGroupSpec{MinMember: 2, ScheduleTimeoutSeconds: &timeout},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"worker-0", "worker-1"} {
+		p := bestEffortPod(name, 8)
+		p.Labels = map[string]string{api.LabelPodGroup: "train-2x8"}
+		env.create(p)
+	}
+	// One member reserves the free node and waits at Permit for the other, so a
+	// 4-GPU job cannot use that node until the group's timeout releases it.
+	time.Sleep(time.Second)
+	env.create(bestEffortPod("lone", 4))
+	env.assertStaysPending(researchNS, "lone", 1500*time.Millisecond)
+	loneNode := env.waitBound(researchNS, "lone", 20*time.Second)
+	if loneNode == blockerNode {
+		t.Fatalf("lone job bound to %s, which the blocker fills", loneNode)
+	}
+	// No member was ever bound alone.
+	env.assertStaysPending(researchNS, "worker-0", 500*time.Millisecond)
+	env.assertStaysPending(researchNS, "worker-1", 500*time.Millisecond)
+
+	// Room for both members: the group binds, one member per node.
+	env.deleteNow(researchNS, "blocker")
+	env.deleteNow(researchNS, "lone")
+	start := time.Now()
+	a := env.waitBound(researchNS, "worker-0", 30*time.Second)
+	b := env.waitBound(researchNS, "worker-1", 30*time.Second)
+	t.Logf("pod group bound %v after room appeared (backoff %ds)", time.Since(start).Round(time.Millisecond), timeout)
+	if a == b {
+		t.Fatalf("both members bound to %s", a)
+	}
+}
