@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -440,6 +441,13 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		env.create(bestEffortPod("be-late", 1))
 		env.waitEvent(researchNS, "be-late", "FailedScheduling", "heartbeat is stale", 10*time.Second)
 		env.assertStaysPending(researchNS, "be-late", 3*time.Second)
+		// gleaner-scheduler's metrics say so too.
+		if v := gatheredValue(t, "gleaner_scheduler_controller_heartbeat_fresh", nil); v != 0 {
+			t.Errorf("gleaner_scheduler_controller_heartbeat_fresh = %v while the Lease is stale, want 0", v)
+		}
+		if v := gatheredValue(t, "gleaner_scheduler_harvest_rejections_total", map[string]string{"reason": "heartbeat_stale"}); v < 1 {
+			t.Errorf("gleaner_scheduler_harvest_rejections_total{reason=heartbeat_stale} = %v, want at least 1", v)
+		}
 		// A new controller renews the Lease; the pending pod is retried without waiting for a timer.
 		env.startController()
 		if node := env.waitBound(researchNS, "be-late", 30*time.Second); node == "" {
@@ -499,4 +507,33 @@ func evictedWithGrace(t *testing.T, env *harvestEnv, before map[string]int64) {
 	if victims == 0 {
 		t.Fatal("no best-effort pod was preempted, yet the inference pod was bound")
 	}
+}
+
+// gatheredValue reads a counter or gauge sample with the given labels from the
+// in-process metrics registry that gleaner-scheduler serves.
+func gatheredValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue metric
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s%v not found in the registry", name, labels)
+	return 0
 }

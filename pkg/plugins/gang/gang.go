@@ -28,6 +28,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -89,6 +90,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := pluginargs.Decode(Name, obj, &args); err != nil {
 		return nil, err
 	}
+	pluginmetrics.Register()
 	// The scheduler's connection speaks protobuf, which CRDs do not.
 	cfg := rest.CopyConfig(h.KubeConfig())
 	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
@@ -214,6 +216,7 @@ func (g *Gang) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeNa
 	}
 	if int32(placed+1) >= pg.Spec.MinMember {
 		klog.FromContext(ctx).V(2).Info("Pod group complete, binding all members", "group", klog.KObj(pg), "placed", placed+1)
+		pluginmetrics.GangDecisions.WithLabelValues("completed").Inc()
 		g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 			if p := wp.GetPod(); p.Namespace == pod.Namespace && groupOf(p) == name {
 				wp.Allow(Name)
@@ -225,6 +228,7 @@ func (g *Gang) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeNa
 	if pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
 		timeout = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
 	}
+	pluginmetrics.GangDecisions.WithLabelValues("waiting").Inc()
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d more members of pod group %s", int(pg.Spec.MinMember)-placed-1, name)), timeout
 }
 
@@ -263,6 +267,7 @@ func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ s
 	if pg, err := g.groups.PodGroups(pod.Namespace).Get(name); err == nil && pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
 		backoff = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
 	}
+	pluginmetrics.GangDecisions.WithLabelValues("released").Inc()
 	g.mu.Lock()
 	g.backoff[groupKey(pod.Namespace, name)] = g.clock.Now().Add(backoff)
 	g.mu.Unlock()

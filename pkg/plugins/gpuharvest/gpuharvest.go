@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
@@ -18,6 +19,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -44,6 +46,23 @@ type GPUHarvest struct {
 	threshold int32
 	clock     clock.PassiveClock
 	heartbeat *heartbeat
+	rejected  rejectionCounters
+}
+
+// rejectionCounters are resolved once, after registration (an unregistered
+// vector hands out no-op counters): Filter runs for every node of every pod.
+type rejectionCounters struct {
+	heartbeat, notOpen, badVerdict, notEnough metrics.CounterMetric
+}
+
+func newRejectionCounters() rejectionCounters {
+	c := pluginmetrics.FilterRejections
+	return rejectionCounters{
+		heartbeat:  c.WithLabelValues(pluginmetrics.ReasonHeartbeatStale),
+		notOpen:    c.WithLabelValues(pluginmetrics.ReasonNotOpen),
+		badVerdict: c.WithLabelValues(pluginmetrics.ReasonBadVerdict),
+		notEnough:  c.WithLabelValues(pluginmetrics.ReasonNotEnoughGPUs),
+	}
 }
 
 var (
@@ -61,12 +80,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := pluginargs.Decode(Name, obj, &args); err != nil {
 		return nil, err
 	}
+	pluginmetrics.Register()
 	pl := &GPUHarvest{
 		handle:    h,
 		args:      args,
 		gpu:       args.Resource(),
 		threshold: args.Threshold(),
 		clock:     clock.RealClock{},
+		rejected:  newRejectionCounters(),
 	}
 	var err error
 	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, pl.onLeaseChange)
@@ -93,8 +114,11 @@ func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *
 	}
 	if err := pl.heartbeat.check(pl.clock.Now()); err != nil {
 		klog.FromContext(ctx).V(4).Info("Heartbeat stale, nothing is lent", "pod", klog.KObj(pod), "reason", err)
+		pluginmetrics.HeartbeatFresh.Set(0)
+		pl.rejected.heartbeat.Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale+": "+err.Error())
 	}
+	pluginmetrics.HeartbeatFresh.Set(1)
 	state.Write(stateKey, &preFilterState{gpus: api.PodGPUs(pod, pl.gpu)})
 	return nil, nil
 }
@@ -118,12 +142,15 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 	verdict, err := harvest.ReadNode(node)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Treating node as closed", "node", klog.KObj(node), "err", err)
+		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
 	if verdict.State != api.HarvestOpen {
+		pl.rejected.notOpen.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen)
 	}
 	if pl.lentGPUs(nodeInfo)+pl.podGPUs(state, pod) > verdict.HarvestableGPUs {
+		pl.rejected.notEnough.Inc()
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonNotEnoughGPUs)
 	}
 	return nil
@@ -135,8 +162,9 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 func (pl *GPUHarvest) lentGPUs(nodeInfo fwk.NodeInfo) int64 {
 	var lent int64
 	for _, pi := range nodeInfo.GetPods() {
-		if p := pi.GetPod(); api.IsBestEffort(p, pl.threshold) {
-			lent += api.PodGPUs(p, pl.gpu)
+		if api.IsBestEffort(pi.GetPod(), pl.threshold) {
+			// CalculateResource is computed once per pod and cached by the framework.
+			lent += pi.CalculateResource().Resource.GetScalarResources()[pl.gpu]
 		}
 	}
 	return lent

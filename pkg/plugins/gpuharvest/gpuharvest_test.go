@@ -52,6 +52,7 @@ func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
 		threshold: 0,
 		clock:     clocktesting.NewFakePassiveClock(now),
 		heartbeat: &heartbeat{ref: args.ControllerLease, lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }},
+		rejected:  newRejectionCounters(),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
@@ -86,6 +87,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := pluginargs.Decode(Name, obj, &args); err != nil {
 		return nil, err
 	}
+	pluginmetrics.Register()
 	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	dp, err := defaultpreemption.New(ctx, &config.DefaultPreemptionArgs{
 		MinCandidateNodesPercentage: *args.MinCandidateNodesPercentage,
@@ -111,9 +113,16 @@ func (pl *ReclaimPreemption) Name() string { return Name }
 // PriorityClass's preemptionPolicy says, and runs the upstream Evaluator for the rest.
 func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if api.IsBestEffort(pod, pl.threshold) {
+		pluginmetrics.Preemptions.WithLabelValues("refused").Inc()
 		return nil, fwk.NewStatus(fwk.Unschedulable, ErrReasonBestEffort)
 	}
-	return pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
+	result, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
+	if status.IsSuccess() {
+		pluginmetrics.Preemptions.WithLabelValues("nominated").Inc()
+	} else {
+		pluginmetrics.Preemptions.WithLabelValues("failed").Inc()
+	}
+	return result, status
 }
 
 // isEligibleVictim: only best-effort pods are ever taken, and a gang only as a whole.
