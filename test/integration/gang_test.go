@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,7 +79,6 @@ func TestPodGroupCRDMatchesModule(t *testing.T) {
 // until the group's timeout, and then a lone job can use it.
 func TestGangAllOrNothing(t *testing.T) {
 	env := startHarvestEnv(t)
-	installPodGroupCRD(t, env.cp)
 	env.waitVerdict("gpu-a", open(8), 30*time.Second)
 	env.waitVerdict("gpu-b", open(8), 10*time.Second)
 
@@ -124,4 +124,65 @@ func TestGangAllOrNothing(t *testing.T) {
 	if a == b {
 		t.Fatalf("both members bound to %s", a)
 	}
+}
+
+// TestReclaimPreemptionPolicy: inference pods that use gleaner-scheduler take
+// gangs whole, and evict nobody while GPUs already on their way back suffice.
+func TestReclaimPreemptionPolicy(t *testing.T) {
+	env := startHarvestEnv(t)
+	env.waitVerdict("gpu-a", open(8), 30*time.Second)
+	env.waitVerdict("gpu-b", open(8), 10*time.Second)
+	inference := func(name string) *v1.Pod {
+		return inferencePod(name, name, 8, env.vllm("llama"), api.SchedulerName)
+	}
+
+	t.Run("pods already terminating are waited for, not added to", func(t *testing.T) {
+		env := env.in(t)
+		env.create(bestEffortPod("fill-a", 8))
+		env.create(bestEffortPod("fill-b", 8))
+		nodeA := env.waitBound(researchNS, "fill-a", 20*time.Second)
+		env.waitBound(researchNS, "fill-b", 20*time.Second)
+		// As the reclaimer would: an eviction with the pod's grace period.
+		if err := env.client.CoreV1().Pods(researchNS).Delete(context.Background(), "fill-a", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		env.create(inference("vllm-0"))
+		if node := env.waitBound(servingNS, "vllm-0", 30*time.Second); node != nodeA {
+			t.Fatalf("vllm-0 bound to %s; want %s, where fill-a was leaving", node, nodeA)
+		}
+		if _, deleted := env.kubelet.deletionGrace(researchNS, "fill-b"); deleted {
+			t.Fatal("fill-b was preempted although fill-a's GPUs were already coming back")
+		}
+		env.deleteNow(servingNS, "vllm-0")
+		env.deleteNow(researchNS, "fill-b")
+	})
+
+	t.Run("a gang is evicted whole", func(t *testing.T) {
+		env := env.in(t)
+		env.waitVerdict("gpu-a", open(8), 30*time.Second)
+		env.waitVerdict("gpu-b", open(8), 10*time.Second)
+		cfg := rest.CopyConfig(env.cp.config)
+		cfg.ContentType = "application/json"
+		if _, err := pgclientset.NewForConfigOrDie(cfg).SchedulingV1alpha1().PodGroups(researchNS).Create(context.Background(), &schedv1alpha1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: researchNS},
+			Spec:       schedv1alpha1.PodGroupSpec{MinMember: 2},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"ddp-0", "ddp-1"} {
+			p := bestEffortPod(name, 8)
+			p.Labels = map[string]string{api.LabelPodGroup: "ddp"}
+			env.create(p)
+		}
+		if a, b := env.waitBound(researchNS, "ddp-0", 30*time.Second), env.waitBound(researchNS, "ddp-1", 30*time.Second); a == b {
+			t.Fatalf("both gang members on %s", a)
+		}
+		env.create(inference("vllm-1"))
+		env.waitBound(servingNS, "vllm-1", 30*time.Second)
+		for _, name := range []string{"ddp-0", "ddp-1"} {
+			if grace, deleted := env.kubelet.deletionGrace(researchNS, name); !deleted || grace != graceSeconds {
+				t.Fatalf("%s deleted=%v grace=%d: want the whole gang evicted with its grace period", name, deleted, grace)
+			}
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -72,6 +73,9 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 		createNamespace(t, cp.client, ns)
 	}
 	env.installPriorityClasses()
+	// Before the scheduler starts, as the shipped manifests do: a PodGroup informer
+	// started before its CRD exists retries with a growing backoff.
+	installPodGroupCRD(t, cp)
 	for _, name := range []string{"gpu-a", "gpu-b"} {
 		createGPUNode(t, cp.client, name, 8, map[string]string{api.LabelPool: api.PoolInference})
 	}
@@ -183,7 +187,7 @@ func (e *harvestEnv) pod(ns, name string) *v1.Pod {
 func (e *harvestEnv) waitBound(ns, name string, timeout time.Duration) string {
 	e.t.Helper()
 	var node string
-	eventually(e.t, timeout, "pod "+ns+"/"+name+" to be bound", func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -191,6 +195,12 @@ func (e *harvestEnv) waitBound(ns, name string, timeout time.Duration) string {
 		node = p.Spec.NodeName
 		return node != "", nil
 	})
+	if err != nil {
+		for _, ev := range e.events(ns, name) {
+			e.t.Logf("event on %s/%s: %s %s: %s", ns, name, ev.Type, ev.Reason, ev.Message)
+		}
+		e.t.Fatalf("waiting %s for pod %s/%s to be bound: %v", timeout, ns, name, err)
+	}
 	return node
 }
 

@@ -41,7 +41,7 @@ var (
 	// Preemptions counts ReclaimPreemption's PostFilter calls.
 	Preemptions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "gleaner", Subsystem: "scheduler", Name: "reclaim_preemption_attempts_total",
-		Help:           "ReclaimPreemption attempts, by result: nominated (victims chosen), failed (no node could be freed), refused (the pod is best-effort).",
+		Help:           "ReclaimPreemption attempts, by result: nominated (victims chosen), failed (no node could be freed), refused (the pod is best-effort), awaiting_terminating (pods already terminating will make room).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 

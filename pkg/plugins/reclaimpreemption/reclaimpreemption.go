@@ -1,8 +1,9 @@
 // Package reclaimpreemption is the PostFilter plugin that lets an inference pod
-// that does not fit take GPUs back from best-effort pods. It reuses the upstream
-// preemption Evaluator (through DefaultPreemption's extension points) and changes
-// only the policy: victims are best-effort pods, least lost work first, and
-// best-effort pods never preempt.
+// that does not fit take GPUs back from best-effort pods. It runs the upstream
+// preemption Evaluator with its own implementation of the Evaluator's Interface
+// (DefaultPreemption's, with Gleaner's policy): victims are best-effort pods,
+// least lost work first, gangs whole; best-effort pods never preempt; and no
+// one is evicted while GPUs already on their way back would do.
 package reclaimpreemption
 
 import (
@@ -10,9 +11,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policy "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
@@ -70,12 +76,15 @@ func (a *Args) Validate(path *field.Path) field.ErrorList {
 // ReclaimPreemption wraps DefaultPreemption with Gleaner's victim policy.
 type ReclaimPreemption struct {
 	*defaultpreemption.DefaultPreemption
+	handle    fwk.Handle
+	evaluator *preemption.Evaluator
 	threshold int32
 	gpu       v1.ResourceName
 	clock     clock.PassiveClock
 }
 
 var (
+	_ preemption.Interface  = &ReclaimPreemption{}
 	_ fwk.PostFilterPlugin  = &ReclaimPreemption{}
 	_ fwk.PreEnqueuePlugin  = &ReclaimPreemption{}
 	_ fwk.EnqueueExtensions = &ReclaimPreemption{}
@@ -96,13 +105,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	pl := &ReclaimPreemption{DefaultPreemption: dp, threshold: args.Threshold(), gpu: args.Resource(), clock: clock.RealClock{}}
-	// The Evaluator was built with the embedded DefaultPreemption as its Interface,
-	// so these hooks are what its SelectVictimsOnNode consults.
+	pl := &ReclaimPreemption{DefaultPreemption: dp, handle: h, threshold: args.Threshold(), gpu: args.Resource(), clock: clock.RealClock{}}
+	// DefaultPreemption's SelectVictimsOnNode consults these hooks.
 	dp.IsEligiblePod = pl.isEligibleVictim
 	dp.MoreImportantVictim = pl.moreImportantVictim
-	// The Evaluator names the plugin in nominations and metrics.
-	dp.Evaluator.PluginName = Name
+	// The Evaluator runs with this plugin as its Interface (SelectVictimsOnNode
+	// is overridden) and DefaultPreemption's executor, which evicts the victims.
+	pl.evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
 	return pl, nil
 }
 
@@ -116,13 +125,104 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 		pluginmetrics.Preemptions.WithLabelValues("refused").Inc()
 		return nil, fwk.NewStatus(fwk.Unschedulable, ErrReasonBestEffort)
 	}
-	result, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
+	if node := pl.nodeFreedByTerminatingPods(ctx, state, pod, m); node != "" {
+		// Victims chosen earlier (by the controller or a previous preemption) are
+		// already leaving this node: wait for them instead of evicting more, and
+		// hold the node for this pod meanwhile.
+		klog.FromContext(ctx).V(2).Info("Pods terminating on a node will make room; not preempting", "pod", klog.KObj(pod), "node", node)
+		pluginmetrics.Preemptions.WithLabelValues("awaiting_terminating").Inc()
+		return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}}, nil
+	}
+	result, status := pl.evaluator.Preempt(ctx, state, pod, m)
+	if msg := status.Message(); msg != "" {
+		status = fwk.NewStatus(status.Code(), "preemption: "+msg)
+	}
 	if status.IsSuccess() {
 		pluginmetrics.Preemptions.WithLabelValues("nominated").Inc()
 	} else {
 		pluginmetrics.Preemptions.WithLabelValues("failed").Inc()
 	}
 	return result, status
+}
+
+// nodeFreedByTerminatingPods returns a node where the pod fits once the
+// lower-priority pods already terminating there are gone, or "". Only nodes that
+// rejected the pod for a resolvable reason and hold such pods are tried, with the
+// same filter run the Evaluator uses.
+func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) string {
+	nodes, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return ""
+	}
+	logger := klog.FromContext(ctx)
+	prio := corev1helpers.PodPriority(pod)
+	for _, ni := range nodes {
+		var leaving []fwk.PodInfo
+		for _, pi := range ni.GetPods() {
+			if p := pi.GetPod(); p.DeletionTimestamp != nil && corev1helpers.PodPriority(p) < prio {
+				leaving = append(leaving, pi)
+			}
+		}
+		if len(leaving) == 0 {
+			continue
+		}
+		if st := m.Get(ni.Node().Name); st != nil && st.Code() != fwk.Unschedulable {
+			continue // rejected for a reason removing pods cannot fix
+		}
+		trial := ni.Snapshot()
+		trialState := state.Clone()
+		for _, pi := range leaving {
+			if err := trial.RemovePod(logger, pi.GetPod()); err != nil {
+				return ""
+			}
+			if st := pl.handle.RunPreFilterExtensionRemovePod(ctx, trialState, pod, pi, trial); !st.IsSuccess() {
+				return ""
+			}
+		}
+		if pl.handle.RunFilterPluginsWithNominatedPods(ctx, trialState, pod, trial).IsSuccess() {
+			return ni.Node().Name
+		}
+	}
+	return ""
+}
+
+// SelectVictimsOnNode is DefaultPreemption's choice, widened to whole gangs: a
+// member of a scheduler-plugins PodGroup is evicted with every other running
+// member, wherever they run, since a gang missing a member cannot make progress.
+func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.CycleState, preemptor *v1.Pod, nodeInfo fwk.NodeInfo,
+	victims []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
+	pods, violations, status := pl.DefaultPreemption.SelectVictimsOnNode(ctx, state, preemptor, nodeInfo, victims, pdbs)
+	if !status.IsSuccess() {
+		return pods, violations, status
+	}
+	return pl.withWholeGangs(pods), violations, status
+}
+
+// withWholeGangs adds the running members of every gang that has a pod in victims.
+func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
+	seen := make(map[types.UID]bool, len(victims))
+	for _, p := range victims {
+		seen[p.UID] = true
+	}
+	out := victims
+	lister := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister()
+	for _, p := range victims {
+		group := p.Labels[api.LabelPodGroup]
+		if group == "" {
+			continue
+		}
+		members, err := lister.Pods(p.Namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: group}))
+		if err != nil {
+			continue
+		}
+		for _, m := range members {
+			if !seen[m.UID] && m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.IsBestEffort(m, pl.threshold) {
+				seen[m.UID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 // isEligibleVictim: only best-effort pods are ever taken, and a gang only as a whole.
