@@ -15,11 +15,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/clock"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
@@ -131,19 +133,24 @@ func (g *Gang) activateMembers(obj interface{}) {
 
 // activateGroup moves the group's pending members back to the active queue.
 func (g *Gang) activateGroup(namespace, name string) {
+	if pending := g.pendingMembers(namespace, name, ""); len(pending) > 0 {
+		g.handle.Activate(klog.Background(), pending)
+	}
+}
+
+// pendingMembers are the group's members not yet bound, except the pod with UID skip.
+func (g *Gang) pendingMembers(namespace, name string, skip types.UID) map[string]*v1.Pod {
 	members, err := g.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: name}))
 	if err != nil {
-		return
+		return nil
 	}
 	pending := map[string]*v1.Pod{}
 	for _, p := range members {
-		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil && p.UID != skip {
 			pending[p.Namespace+"/"+p.Name] = p
 		}
 	}
-	if len(pending) > 0 {
-		g.handle.Activate(klog.Background(), pending)
-	}
+	return pending
 }
 
 func groupOf(pod *v1.Pod) string { return pod.Labels[api.LabelPodGroup] }
@@ -201,7 +208,7 @@ func (g *Gang) backingOff(key string) (time.Time, bool) {
 
 // Permit lets the member that completes the group release every waiting member;
 // the others wait, holding their reservations, for at most the group's timeout.
-func (g *Gang) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.Status, time.Duration) {
+func (g *Gang) Permit(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.Status, time.Duration) {
 	name := groupOf(pod)
 	if name == "" {
 		return nil, 0
@@ -229,6 +236,18 @@ func (g *Gang) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeNa
 		timeout = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
 	}
 	pluginmetrics.GangDecisions.WithLabelValues("waiting").Inc()
+	// Siblings rejected earlier (say, before the PodGroup was seen) get another
+	// try now that this member holds its place; the scheduler activates them
+	// after this cycle.
+	if data, err := state.Read(framework.PodsToActivateKey); err == nil {
+		if toActivate, ok := data.(*framework.PodsToActivate); ok {
+			toActivate.Lock()
+			for key, p := range g.pendingMembers(pod.Namespace, name, pod.UID) {
+				toActivate.Map[key] = p
+			}
+			toActivate.Unlock()
+		}
+	}
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d more members of pod group %s", int(pg.Spec.MinMember)-placed-1, name)), timeout
 }
 

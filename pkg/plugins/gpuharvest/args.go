@@ -14,6 +14,20 @@ type Args struct {
 	// ControllerLease is the gleaner-controller's leader-election Lease, read as its
 	// heartbeat. Default gleaner-system/gleaner-controller.
 	ControllerLease LeaseRef `json:"controllerLease,omitempty"`
+	// HeartbeatTimeoutSeconds, when set, is how long after the Lease's last renewal
+	// the heartbeat counts as stale, instead of the Lease's own leaseDurationSeconds.
+	HeartbeatTimeoutSeconds *int32 `json:"heartbeatTimeoutSeconds,omitempty"`
+	// ScoreWeights weigh Score's two parts. Default 1 and 1.
+	ScoreWeights ScoreWeights `json:"scoreWeights,omitempty"`
+}
+
+// ScoreWeights weigh the parts of GPUHarvest's score.
+type ScoreWeights struct {
+	// Packing favours nodes whose harvestable GPUs are already mostly lent.
+	Packing *int32 `json:"packing,omitempty"`
+	// IdleWindow favours nodes that serve less inference, whose GPUs the planner
+	// takes back last.
+	IdleWindow *int32 `json:"idleWindow,omitempty"`
 }
 
 // LeaseRef names a Lease.
@@ -31,6 +45,12 @@ func (a *Args) Default() {
 	if a.ControllerLease.Name == "" {
 		a.ControllerLease.Name = api.ControllerLeaseName
 	}
+	if a.ScoreWeights.Packing == nil {
+		a.ScoreWeights.Packing = new(int32(1))
+	}
+	if a.ScoreWeights.IdleWindow == nil {
+		a.ScoreWeights.IdleWindow = new(int32(1))
+	}
 }
 
 // Validate checks defaulted args.
@@ -41,6 +61,18 @@ func (a *Args) Validate(path *field.Path) field.ErrorList {
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(a.ControllerLease.Name) {
 		errs = append(errs, field.Invalid(path.Child("controllerLease", "name"), a.ControllerLease.Name, msg))
+	}
+	if t := a.HeartbeatTimeoutSeconds; t != nil && *t <= 0 {
+		errs = append(errs, field.Invalid(path.Child("heartbeatTimeoutSeconds"), *t, "must be greater than 0 (omit it to use the Lease's duration)"))
+	}
+	w := a.ScoreWeights
+	for name, v := range map[string]int32{"packing": *w.Packing, "idleWindow": *w.IdleWindow} {
+		if v < 0 || v > 100 {
+			errs = append(errs, field.Invalid(path.Child("scoreWeights", name), v, "must be in [0, 100]"))
+		}
+	}
+	if *w.Packing == 0 && *w.IdleWindow == 0 {
+		errs = append(errs, field.Invalid(path.Child("scoreWeights"), "0, 0", "at least one weight must be positive"))
 	}
 	return errs
 }

@@ -6,6 +6,7 @@ package gpuharvest
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
@@ -90,7 +91,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		rejected:  newRejectionCounters(),
 	}
 	var err error
-	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, pl.onLeaseChange)
+	var timeout time.Duration
+	if args.HeartbeatTimeoutSeconds != nil {
+		timeout = time.Duration(*args.HeartbeatTimeoutSeconds) * time.Second
+	}
+	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.onLeaseChange)
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
 	}
@@ -178,19 +183,31 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 	return nil
 }
 
-// Score packs best-effort pods: the larger the share of a node's harvestable GPUs
-// that would be lent after placing the pod, the higher the score. Filling one node
-// before the next keeps lent GPUs together, so reclaiming room for one inference
-// replica evicts few jobs, and leaves other nodes whole.
+// Score combines two preferences, weighted by the args' scoreWeights:
 //
-//	score = MaxNodeScore * (lent + request) / harvestable
+//	packing    = MaxNodeScore * (lent + request) / harvestable
+//	idleWindow = MaxNodeScore * (allocatable - serving) / allocatable
+//	score      = (wPacking * packing + wIdle * idleWindow) / (wPacking + wIdle)
+//
+// Packing fills one node's lent GPUs before the next, so reclaiming room for one
+// inference replica evicts few jobs and other nodes stay whole. The idle window
+// prefers nodes serving little inference (serving: GPUs of pods that are not
+// best-effort): the planner keeps inference headroom on nodes that already
+// serve, so GPUs lent there are the first taken back.
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	verdict, err := harvest.ReadNode(nodeInfo.Node())
 	if err != nil || verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
-	used := min(pl.lentGPUs(nodeInfo)+pl.podGPUs(state, pod), verdict.HarvestableGPUs)
-	return fwk.MaxNodeScore * used / verdict.HarvestableGPUs, nil
+	lent := pl.lentGPUs(nodeInfo)
+	packing := fwk.MaxNodeScore * min(lent+pl.podGPUs(state, pod), verdict.HarvestableGPUs) / verdict.HarvestableGPUs
+	var idle int64
+	if alloc := nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu]; alloc > 0 {
+		serving := max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0)
+		idle = fwk.MaxNodeScore * max(alloc-serving, 0) / alloc
+	}
+	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
+	return (wp*packing + wi*idle) / (wp + wi), nil
 }
 
 // ScoreExtensions: scores are already within [0, MaxNodeScore].
@@ -259,11 +276,11 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 // scheduler's periodic flush of unschedulable pods.
 func (pl *GPUHarvest) onLeaseChange(old, cur *coordinationv1.Lease) {
 	now := pl.clock.Now()
-	if LeaseFresh(cur, now) != nil {
+	if LeaseFresh(cur, now, pl.heartbeat.timeout) != nil {
 		return
 	}
 	if old != nil && old.Spec.RenewTime != nil && cur.Spec.RenewTime != nil &&
-		LeaseFresh(old, cur.Spec.RenewTime.Time) == nil {
+		LeaseFresh(old, cur.Spec.RenewTime.Time, pl.heartbeat.timeout) == nil {
 		return // was fresh already
 	}
 	pods, err := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())

@@ -96,17 +96,20 @@ func TestLeaseFresh(t *testing.T) {
 	tests := []struct {
 		name    string
 		lease   *coordinationv1.Lease
+		timeout time.Duration
 		wantErr string
 	}{
-		{"renewed within its duration", lease(5*time.Second, 15), ""},
-		{"renewed exactly at the limit", lease(15*time.Second, 15), ""},
-		{"expired", lease(16*time.Second, 15), "last renewed 16s ago"},
-		{"missing", nil, "lease not found"},
-		{"never renewed", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, "no renewTime"},
+		{"renewed within its duration", lease(5*time.Second, 15), 0, ""},
+		{"renewed exactly at the limit", lease(15*time.Second, 15), 0, ""},
+		{"expired", lease(16*time.Second, 15), 0, "last renewed 16s ago"},
+		{"a configured timeout overrides the lease's duration", lease(16*time.Second, 15), 30 * time.Second, ""},
+		{"a configured timeout can be stricter", lease(6*time.Second, 15), 5 * time.Second, "last renewed 6s ago"},
+		{"missing", nil, 0, "lease not found"},
+		{"never renewed", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, 0, "no renewTime"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := LeaseFresh(tt.lease, now)
+			err := LeaseFresh(tt.lease, now, tt.timeout)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("LeaseFresh = %v, want fresh", err)
@@ -191,33 +194,46 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-func TestScorePacksLentGPUs(t *testing.T) {
-	pl := newPlugin(t, lease(time.Second, 15))
-	p := bestEffort("p", 2)
-	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
-		t.Fatal(st)
+func TestScore(t *testing.T) {
+	// gpuNode is an open node with 8 allocatable GPUs and the given harvestable ones.
+	gpuNode := func(name, harvestable string) *v1.Node {
+		n := node(name, "open", harvestable)
+		n.Status.Allocatable = v1.ResourceList{api.GPUResource: *resource.NewQuantity(8, resource.DecimalSI)}
+		return n
 	}
+	p := bestEffort("p", 2)
 	tests := []struct {
-		name string
-		ni   fwk.NodeInfo
-		want int64
+		name          string
+		packing, idle int32
+		ni            fwk.NodeInfo
+		want          int64
 	}{
-		{"half lent already", nodeInfo(node("a", "open", "8"), bestEffort("lent", 4)), 75},
-		{"nothing lent", nodeInfo(node("b", "open", "8")), 25},
-		{"small hole filled exactly", nodeInfo(node("c", "open", "2")), 100},
-		{"inference pods do not count", nodeInfo(node("d", "open", "8"), inference("vllm", 4)), 25},
-		{"unreadable verdict scores zero", nodeInfo(node("e", "open", "x")), 0},
+		{"packing: half lent already", 1, 0, nodeInfo(gpuNode("a", "8"), bestEffort("lent", 4)), 75},
+		{"packing: nothing lent", 1, 0, nodeInfo(gpuNode("b", "8")), 25},
+		{"packing: small hole filled exactly", 1, 0, nodeInfo(gpuNode("c", "2")), 100},
+		{"packing: inference pods are not lent GPUs", 1, 0, nodeInfo(gpuNode("d", "4"), inference("vllm", 4)), 50},
+		{"idle window: a node serving no inference", 0, 1, nodeInfo(gpuNode("e", "8"), bestEffort("lent", 4)), 100},
+		{"idle window: half the node serves inference", 0, 1, nodeInfo(gpuNode("f", "4"), inference("vllm", 4)), 50},
+		{"both, equal weights", 1, 1, nodeInfo(gpuNode("g", "4"), inference("vllm", 4)), 50},
+		{"both: packing weighted 3:1", 3, 1, nodeInfo(gpuNode("h", "8"), bestEffort("lent", 4)), (3*75 + 100) / 4},
+		{"unreadable verdict scores zero", 1, 1, nodeInfo(gpuNode("x", "x")), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			pl := newPlugin(t, lease(time.Second, 15))
+			pl.args.ScoreWeights = ScoreWeights{Packing: &tt.packing, IdleWindow: &tt.idle}
+			state := framework.NewCycleState()
+			if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+				t.Fatal(st)
+			}
 			got, st := pl.Score(context.Background(), state, p, tt.ni)
 			if !st.IsSuccess() || got != tt.want {
 				t.Fatalf("Score = %d (%v), want %d", got, st, tt.want)
 			}
 		})
 	}
-	if st := pl.PreScore(context.Background(), state, inference("vllm", 4), nil); st.Code() != fwk.Skip {
+	pl := newPlugin(t, lease(time.Second, 15))
+	if st := pl.PreScore(context.Background(), framework.NewCycleState(), inference("vllm", 4), nil); st.Code() != fwk.Skip {
 		t.Fatalf("PreScore of an inference pod = %v, want Skip", st)
 	}
 }
@@ -324,6 +340,14 @@ func TestArgs(t *testing.T) {
 		{name: "cpu is not a GPU", raw: `{"gpuResourceName":"cpu"}`, wantErr: "pluginConfig[GPUHarvest].args.gpuResourceName"},
 		{name: "invalid resource name", raw: `{"gpuResourceName":"nvidia.com/gpu/x"}`, wantErr: "gpuResourceName"},
 		{name: "invalid lease namespace", raw: `{"controllerLease":{"namespace":"Not_A_Namespace"}}`, wantErr: "controllerLease.namespace"},
+		{name: "zero heartbeat timeout", raw: `{"heartbeatTimeoutSeconds":0}`, wantErr: "heartbeatTimeoutSeconds"},
+		{name: "negative weight", raw: `{"scoreWeights":{"packing":-1}}`, wantErr: "scoreWeights.packing"},
+		{name: "all weights zero", raw: `{"scoreWeights":{"packing":0,"idleWindow":0}}`, wantErr: "at least one weight"},
+		{name: "weights and timeout", raw: `{"heartbeatTimeoutSeconds":30,"scoreWeights":{"packing":3,"idleWindow":0}}`, check: func(t *testing.T, a Args) {
+			if *a.HeartbeatTimeoutSeconds != 30 || *a.ScoreWeights.Packing != 3 || *a.ScoreWeights.IdleWindow != 0 {
+				t.Fatalf("args = %+v", a)
+			}
+		}},
 		{name: "unknown field type", raw: `{"bestEffortPriorityThreshold":"low"}`, wantErr: "decoding GPUHarvest args"},
 	}
 	for _, tt := range tests {

@@ -14,16 +14,20 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// LeaseFresh says whether a controller Lease was renewed within its own
-// leaseDurationSeconds of now. It returns nil when fresh, otherwise why not.
-func LeaseFresh(lease *coordinationv1.Lease, now time.Time) error {
+// LeaseFresh says whether a controller Lease was renewed within timeout of now,
+// or, when timeout is 0, within its own leaseDurationSeconds. It returns nil
+// when fresh, otherwise why not.
+func LeaseFresh(lease *coordinationv1.Lease, now time.Time, timeout time.Duration) error {
 	if lease == nil {
 		return fmt.Errorf("lease not found")
 	}
-	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+	if lease.Spec.RenewTime == nil || (lease.Spec.LeaseDurationSeconds == nil && timeout == 0) {
 		return fmt.Errorf("lease %s/%s has no renewTime or leaseDurationSeconds", lease.Namespace, lease.Name)
 	}
-	expires := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if timeout == 0 {
+		timeout = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	expires := lease.Spec.RenewTime.Add(timeout)
 	if now.After(expires) {
 		return fmt.Errorf("lease %s/%s last renewed %s ago", lease.Namespace, lease.Name, now.Sub(lease.Spec.RenewTime.Time).Round(time.Second))
 	}
@@ -33,12 +37,13 @@ func LeaseFresh(lease *coordinationv1.Lease, now time.Time) error {
 // heartbeat watches the one Lease that is the controller's heartbeat, with an
 // informer of its own so the scheduler does not watch every Lease in the cluster.
 type heartbeat struct {
-	ref    LeaseRef
-	lister coordinationlisters.LeaseLister
-	synced cache.InformerSynced
+	ref     LeaseRef
+	timeout time.Duration // 0: the Lease's own duration
+	lister  coordinationlisters.LeaseLister
+	synced  cache.InformerSynced
 }
 
-func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, onChange func(old, cur *coordinationv1.Lease)) (*heartbeat, error) {
+func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, timeout time.Duration, onChange func(old, cur *coordinationv1.Lease)) (*heartbeat, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ref.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -61,7 +66,7 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 	}); err != nil {
 		return nil, err
 	}
-	hb := &heartbeat{ref: ref, lister: informer.Lister(), synced: informer.Informer().HasSynced}
+	hb := &heartbeat{ref: ref, timeout: timeout, lister: informer.Lister(), synced: informer.Informer().HasSynced}
 	factory.Start(ctx.Done())
 	return hb, nil
 }
@@ -76,5 +81,5 @@ func (h *heartbeat) check(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("lease %s/%s: %w", h.ref.Namespace, h.ref.Name, err)
 	}
-	return LeaseFresh(lease, now)
+	return LeaseFresh(lease, now, h.timeout)
 }
