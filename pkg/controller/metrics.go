@@ -76,7 +76,9 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
-		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors}
+		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors,
+		// The demand model's and the autoscaler's, from metrics_policy.go.
+		forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}
 )
 
 // RegisterMetrics adds the controller's and the vLLM informer's metrics to the
@@ -84,9 +86,6 @@ var (
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		for _, m := range allMetrics {
-			legacyregistry.MustRegister(m)
-		}
-		for _, m := range policyMetrics {
 			legacyregistry.MustRegister(m)
 		}
 		vllm.RegisterMetrics()

@@ -4,8 +4,8 @@ import (
 	"k8s.io/component-base/metrics"
 )
 
-// Metrics of the demand model and the autoscaler; registered with the others
-// by RegisterMetrics and listed in docs/metrics.md.
+// Metrics of the demand model and the autoscaler; listed in allMetrics with the
+// others, so RegisterMetrics serves them and the docs test checks them.
 var (
 	forecastPeakLoad = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "demand_forecast_load",
@@ -28,9 +28,3 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 )
-
-// policyMetrics lists the metrics above for RegisterMetrics and the docs test.
-var policyMetrics = []interface {
-	metrics.Registerable
-	FQName() string
-}{forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}

@@ -5,7 +5,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,7 +16,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
@@ -83,6 +88,26 @@ func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
 	if err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
+}
+
+// decodeObjects decodes every object of a multi-document YAML stream; what
+// names the stream in errors. Empty documents are skipped.
+func decodeObjects(t *testing.T, data []byte, what string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding %s: %v", what, err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, &obj)
+		}
+	}
+	return objs
 }
 
 // eventually polls cond every 100ms until it returns true or timeout passes.
