@@ -33,11 +33,13 @@ type probeResult struct {
 	ScrapeSeconds            float64       `json:"scrapeSeconds"` // how long the scrape took, parsing included
 }
 
+// probeLatency is in seconds. Quantiles are omitted without observations or
+// where Gleaner does not read the buckets (inter-token latency).
 type probeLatency struct {
 	Observations float64 `json:"observations"`
-	P50          float64 `json:"p50"`
-	P90          float64 `json:"p90"`
-	P99          float64 `json:"p99"`
+	P50          float64 `json:"p50,omitempty"`
+	P90          float64 `json:"p90,omitempty"`
+	P99          float64 `json:"p99,omitempty"`
 	Mean         float64 `json:"mean"`
 }
 
@@ -45,9 +47,12 @@ func lifetimeLatency(h vllm.Histogram) *probeLatency {
 	if len(h.Bounds) == 0 {
 		return nil
 	}
-	l := &probeLatency{Observations: h.Count, P50: h.Quantile(0.5), P90: h.Quantile(0.9), P99: h.Quantile(0.99)}
+	l := &probeLatency{Observations: h.Count}
 	if h.Count > 0 {
 		l.Mean = h.Sum / h.Count
+		if len(h.Bounds) > 1 {
+			l.P50, l.P90, l.P99 = h.Quantile(0.5), h.Quantile(0.9), h.Quantile(0.99)
+		}
 	}
 	return l
 }

@@ -72,6 +72,11 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="llama"} 
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 4.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="llama"} 4.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="llama"} 0.2
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.05",model_name="llama"} 80.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 100.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="llama"} 100.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="llama"} 3.0
 `
 
 func serve(t *testing.T, h http.HandlerFunc) string {
@@ -115,6 +120,8 @@ func TestProbe(t *testing.T) {
 				"timeToFirstTokenSeconds": map[string]any{
 					"observations": 4.0, "p50": 0.05, "p90": 0.09, "p99": 0.099, "mean": 0.05,
 				},
+				// Buckets not read: no quantiles.
+				"interTokenLatencySeconds": map[string]any{"observations": 100.0, "mean": 0.03},
 			}
 			if s, ok := got["scrapeSeconds"].(float64); !ok || s <= 0 || s > 5 {
 				t.Errorf("scrapeSeconds = %v, want a duration in seconds", got["scrapeSeconds"])

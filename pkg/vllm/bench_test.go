@@ -272,6 +272,48 @@ func rssBytes(b *testing.B) float64 {
 	return 0
 }
 
+// procCPU is the user+system CPU time of process pid, from /proc/pid/stat.
+func procCPU(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration((utime + stime) / clockTicks * float64(time.Second))
+}
+
+// machineBusy is the CPU time all processes on the machine have used, from /proc/stat.
+func machineBusy(b *testing.B) time.Duration {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)[1:] // user nice system idle iowait irq softirq steal ...
+	var busy float64
+	for i, f := range fields {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		v, _ := strconv.ParseFloat(f, 64)
+		busy += v
+	}
+	return time.Duration(busy / 100 * float64(time.Second))
+}
+
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 func scrapeCount() float64 {
 	vec, err := testutil.GetHistogramVecFromGatherer(legacyregistry.DefaultGatherer, "gleaner_vllm_scrape_duration_seconds", nil)
 	if err != nil {
@@ -354,7 +396,8 @@ func BenchmarkInformer2000Endpoints(b *testing.B) {
 	runtime.GC()
 
 	b.ResetTimer()
-	cpu0, wall0, scrapes0 := cpuTime(b), time.Now(), scrapeCount()
+	load := loadAverage()
+	cpu0, wall0, scrapes0, server0, machine0 := cpuTime(b), time.Now(), scrapeCount(), procCPU(b, child.Process.Pid), machineBusy(b)
 	var peakRSS float64
 	var mem runtime.MemStats
 	var peakHeap uint64
@@ -370,7 +413,7 @@ func BenchmarkInformer2000Endpoints(b *testing.B) {
 			}
 		}
 	}
-	cpu, wall, scrapes := cpuTime(b)-cpu0, time.Since(wall0), scrapeCount()-scrapes0
+	cpu, wall, scrapes, server, machine := cpuTime(b)-cpu0, time.Since(wall0), scrapeCount()-scrapes0, procCPU(b, child.Process.Pid)-server0, machineBusy(b)-machine0
 	b.StopTimer()
 
 	fresh := freshCount()
@@ -380,9 +423,11 @@ func BenchmarkInformer2000Endpoints(b *testing.B) {
 	b.ReportMetric(peakRSS/(1<<20), "peak-rss-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(fresh), "fresh-endpoints")
-	b.Logf("%d endpoints, %d bytes each, %v: %.0f scrapes, CPU %v (%.3f cores, %.0f µs/scrape), peak RSS %.1f MiB, peak heap %.1f MiB, %d fresh at the end",
+	b.Logf("%d endpoints, %d bytes each, %v: %.0f scrapes, CPU %v (%.3f cores, %.0f µs/scrape), peak RSS %.1f MiB, peak heap %.1f MiB, %d fresh at the end; "+
+		"the serving child used %.3f cores, everything else on the machine %.3f; load average before: %s",
 		endpoints, len(vllmV1Exposition(1, 3600)), wall.Round(time.Millisecond), scrapes, cpu.Round(time.Millisecond),
-		cpu.Seconds()/wall.Seconds(), float64(cpu.Microseconds())/scrapes, peakRSS/(1<<20), float64(peakHeap)/(1<<20), fresh)
+		cpu.Seconds()/wall.Seconds(), float64(cpu.Microseconds())/scrapes, peakRSS/(1<<20), float64(peakHeap)/(1<<20), fresh,
+		server.Seconds()/wall.Seconds(), (machine-cpu-server).Seconds()/wall.Seconds(), load)
 	if fresh != endpoints {
 		b.Errorf("%d of %d endpoints fresh at the end", fresh, endpoints)
 	}

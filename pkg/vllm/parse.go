@@ -51,9 +51,11 @@ type Metrics struct {
 	PreemptionsTotal      float64 // vllm:num_preemptions_total
 	// Latency histograms since the server started, buckets summed over engines;
 	// empty when the server does not expose them.
-	QueueTime         Histogram // vllm:request_queue_time_seconds
-	TimeToFirstToken  Histogram // vllm:time_to_first_token_seconds
-	InterTokenLatency Histogram // vllm:inter_token_latency_seconds; fallback vllm:time_per_output_token_seconds
+	QueueTime        Histogram // vllm:request_queue_time_seconds
+	TimeToFirstToken Histogram // vllm:time_to_first_token_seconds
+	// vllm:inter_token_latency_seconds, fallback vllm:time_per_output_token_seconds:
+	// _count and _sum only (one +Inf bucket), enough for a mean; see wanted.
+	InterTokenLatency Histogram
 }
 
 // Histogram is a cumulative Prometheus histogram: Counts[i] observations were
@@ -103,20 +105,6 @@ func Parse(r io.Reader) (Metrics, error) {
 }
 
 func parseBytes(body []byte) (Metrics, error) {
-	families, sel, err := parseSelected(body, true)
-	if err == nil && sel == selectedNewer && families[metricInterTokenLatency] == nil {
-		// Those samples did not make a family after all (e.g. no TYPE line
-		// before them): the older name is the one to read.
-		families, sel, err = parseSelected(body, false)
-	}
-	if err != nil {
-		return Metrics{}, fmt.Errorf("parsing vLLM metrics: %w", explainParseError(body, sel, err))
-	}
-	return extract(families)
-}
-
-// parseSelected parses the lines of body that selectLines keeps.
-func parseSelected(body []byte, preferNewer bool) (families map[string]*dto.MetricFamily, sel selection, err error) {
 	selected := bodies.Get().(*bytes.Buffer)
 	selected.Reset()
 	defer func() {
@@ -124,9 +112,12 @@ func parseSelected(body []byte, preferNewer bool) (families map[string]*dto.Metr
 			bodies.Put(selected)
 		}
 	}()
-	sel = selectLines(selected, body, preferNewer)
-	families, err = parseText(bytes.NewReader(selected.Bytes()))
-	return families, sel, err
+	whole := selectLines(selected, body)
+	families, err := parseText(bytes.NewReader(selected.Bytes()))
+	if err != nil {
+		return Metrics{}, fmt.Errorf("parsing vLLM metrics: %w", explainParseError(body, whole, err))
+	}
+	return extract(families)
 }
 
 // extract computes Metrics from parsed families.
@@ -360,169 +351,115 @@ var textParsers = sync.Pool{New: func() any {
 // its metric: a label set first, without a quoted name, belongs to the family
 // of the line before it. vLLM never writes those; a body that has one is
 // parsed whole.
-//
-// vLLM 0.10 and 0.11 expose inter-token latency under both its names; when
-// the newer one has samples, the older one's lines are dropped too, as
-// parsing them would cost a fifth of the parse for nothing.
 
-// wanted holds the sample names of the families Parse reads: the family name
-// and the _bucket, _sum and _count series of histograms and summaries.
-var (
-	wanted                  = sampleNames(metricRunning, metricWaiting, metricKVCacheUsage, metricGPUCacheUsage, metricPromptTokens, metricGenerationTokens, metricPreemptions, metricQueueTime, metricTimeToFirstToken, metricInterTokenLatency, metricTimePerOutputToken)
-	interTokenLatencyNames  = sampleNames(metricInterTokenLatency)
-	timePerOutputTokenNames = sampleNames(metricTimePerOutputToken)
-)
-
-func sampleNames(families ...string) map[string]bool {
+// wanted holds the sample names Parse reads: each family's name and the
+// _bucket, _sum and _count series of histograms. Of inter-token latency only
+// _sum and _count are read, for its mean: its buckets would cost a fifth of
+// the whole scrape, for quantiles no consumer needs.
+var wanted = func() map[string]bool {
 	names := map[string]bool{}
-	for _, family := range families {
+	for _, family := range []string{metricRunning, metricWaiting, metricKVCacheUsage, metricGPUCacheUsage,
+		metricPromptTokens, metricGenerationTokens, metricPreemptions, metricQueueTime, metricTimeToFirstToken} {
 		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
 			names[family+suffix] = true
 		}
 	}
+	for _, family := range []string{metricInterTokenLatency, metricTimePerOutputToken} {
+		for _, suffix := range []string{"", "_sum", "_count"} {
+			names[family+suffix] = true
+		}
+	}
 	return names
-}
+}()
 
-// lineClass is what selectLines makes of one line.
-type lineClass uint8
-
-const (
-	lineDrop  lineClass = iota
-	lineKeep            // a line of a wanted family, or one that the parser must judge
-	lineOlder           // a line of time_per_output_token_seconds: kept unless the newer name has samples
-)
-
-// selection says which lines selectLines kept.
-type selection uint8
-
-const (
-	selectedFamilies selection = iota // the lines of the families Parse reads
-	selectedNewer                     // the same without time_per_output_token_seconds
-	selectedWhole                     // every line
-)
-
-// classifier classifies lines. Families come in runs of lines with the same
-// name, so it reuses the verdict on the previous name instead of looking each
-// one up.
+// classifier tells the lines the parser needs from those it does not.
+// Families come in runs of lines with the same name, so it reuses the verdict
+// on the previous name instead of looking each one up.
 type classifier struct {
 	lastName    []byte
-	lastClass   lineClass
-	lastITL     bool
-	sawITLLines bool // a sample of inter_token_latency_seconds was seen
+	lastKeep    bool
 	sawLabelSet bool // a line starts with a label set
 }
 
-func (c *classifier) classify(line []byte) lineClass {
-	s := bytes.TrimLeft(line, " \t")
+func (c *classifier) keep(line []byte) bool {
+	s := trimBlanks(line)
 	if len(s) > 0 && s[0] == '#' {
-		s = bytes.TrimLeft(s[1:], " \t")
+		s = trimBlanks(s[1:])
 		help := bytes.HasPrefix(s, []byte("HELP"))
 		if !help && !bytes.HasPrefix(s, []byte("TYPE")) {
-			return lineDrop // a plain comment: the parser skips it
+			return false // a plain comment: the parser skips it
 		}
 		s = s[len("HELP"):]
 		if len(s) == 0 || (s[0] != ' ' && s[0] != '\t') {
-			return lineKeep
+			return true
 		}
-		name, after := legacyName(bytes.TrimLeft(s, " \t"))
-		switch {
-		case name == nil || (len(after) > 0 && after[0] != ' ' && after[0] != '\t'):
-			return lineKeep
-		case help:
-			return lineDrop
+		name, after := legacyName(trimBlanks(s))
+		if name == nil || (len(after) > 0 && after[0] != ' ' && after[0] != '\t') {
+			return true
 		}
-		class, _ := lookup(name)
-		return class
+		return !help && wanted[string(name)]
 	}
 	if len(s) > 0 && s[0] == '{' {
 		c.sawLabelSet = true
-		return lineKeep
+		return true
 	}
 	name, after := legacyName(s)
 	if name == nil || len(after) == 0 || (after[0] != '{' && after[0] != ' ' && after[0] != '\t') {
-		return lineKeep
+		return true
 	}
 	if !bytes.Equal(name, c.lastName) {
-		c.lastName = name
-		c.lastClass, c.lastITL = lookup(name)
+		c.lastName, c.lastKeep = name, wanted[string(name)]
 	}
-	c.sawITLLines = c.sawITLLines || c.lastITL
-	return c.lastClass
+	return c.lastKeep
 }
 
-func lookup(name []byte) (class lineClass, itl bool) {
-	switch {
-	case timePerOutputTokenNames[string(name)]:
-		return lineOlder, false
-	case wanted[string(name)]:
-		return lineKeep, interTokenLatencyNames[string(name)]
+// trimBlanks drops leading spaces and tabs, as the parser skips them.
+func trimBlanks(s []byte) []byte {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
 	}
-	return lineDrop, false
+	return s
 }
 
-// selectLines appends to dst the lines of body the parser needs (see above).
-// With preferNewer, lines of time_per_output_token_seconds are dropped when
-// inter_token_latency_seconds has samples.
-func selectLines(dst *bytes.Buffer, body []byte, preferNewer bool) selection {
+// selectLines appends to dst the lines of body the parser needs (see above),
+// or all of body if a line starts with a label set (whole).
+func selectLines(dst *bytes.Buffer, body []byte) (whole bool) {
 	var c classifier
-	var olderLines [][2]int // where lines of the older family landed in dst
-	start0 := dst.Len()
+	start := dst.Len()
 	for rest := body; len(rest) > 0; {
 		line, after, complete := bytes.Cut(rest, []byte("\n"))
 		rest = after
-		class := c.classify(line)
+		keep := c.keep(line)
 		if c.sawLabelSet {
-			dst.Truncate(start0)
+			dst.Truncate(start)
 			dst.Write(body)
-			return selectedWhole
+			return true
 		}
-		if complete && class == lineDrop {
-			continue
-		}
-		start := dst.Len()
-		dst.Write(line)
-		if complete {
-			dst.WriteByte('\n')
-		}
-		if complete && class == lineOlder {
-			olderLines = append(olderLines, [2]int{start, dst.Len()})
+		if keep || !complete {
+			dst.Write(line)
+			if complete {
+				dst.WriteByte('\n')
+			}
 		}
 	}
-	if !preferNewer || !c.sawITLLines || len(olderLines) == 0 {
-		return selectedFamilies
-	}
-	// Close the gaps the older family's lines leave, in place.
-	b := dst.Bytes()
-	n := olderLines[0][0]
-	for i, r := range olderLines {
-		end := len(b)
-		if i+1 < len(olderLines) {
-			end = olderLines[i+1][0]
-		}
-		n += copy(b[n:], b[r[1]:end])
-	}
-	dst.Truncate(n)
-	return selectedNewer
+	return false
 }
 
 // originalLine maps a line number of selectLines' output back to body.
-func originalLine(body []byte, sel selection, selected int) int {
-	if sel == selectedWhole {
+func originalLine(body []byte, whole bool, selected int) int {
+	if whole {
 		return selected
 	}
-	droppedOlder := sel == selectedNewer
 	var c classifier
 	n, kept := 0, 0
 	for len(body) > 0 {
 		line, rest, complete := bytes.Cut(body, []byte("\n"))
 		body = rest
 		n++
-		class := c.classify(line)
-		if complete && (class == lineDrop || (class == lineOlder && droppedOlder)) {
-			continue
-		}
-		if kept++; kept == selected {
-			return n
+		if c.keep(line) || !complete {
+			if kept++; kept == selected {
+				return n
+			}
 		}
 	}
 	return n + selected - kept // past the end, as for "unexpected end of input stream"
@@ -555,12 +492,12 @@ func legacyName(s []byte) (name, after []byte) {
 
 // explainParseError points a text-format error at the line of the original
 // body and quotes it, so whoever reads it sees what the server sent.
-func explainParseError(body []byte, sel selection, err error) error {
+func explainParseError(body []byte, whole bool, err error) error {
 	var pe expfmt.ParseError
 	if !errors.As(err, &pe) || pe.Line < 1 {
 		return err
 	}
-	pe.Line = originalLine(body, sel, pe.Line)
+	pe.Line = originalLine(body, whole, pe.Line)
 	lines := bytes.SplitN(body, []byte("\n"), pe.Line+1)
 	if len(lines) < pe.Line {
 		return pe

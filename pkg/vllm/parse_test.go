@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // fixtureDir returns the shared vLLM fixtures (real expositions kept outside
@@ -275,44 +277,33 @@ vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 2
 				TimeToFirstToken: Histogram{Bounds: []float64{0.1, math.Inf(1)}, Counts: []float64{3, 6}, Count: 6, Sum: 2.1}},
 		},
 		{
+			name: "inter-token latency: _count and _sum are read, its buckets are not (not even checked)",
+			text: `vllm:num_requests_running{engine="0"} 0
+vllm:num_requests_running{engine="1"} 0
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.05"} 9
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"} 2
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf"} 10
+vllm:inter_token_latency_seconds_count{engine="0"} 10
+vllm:inter_token_latency_seconds_sum{engine="0"} 0.4
+vllm:inter_token_latency_seconds_count{engine="1"} 5
+vllm:inter_token_latency_seconds_sum{engine="1"} 0.1
+`,
+			want: Metrics{Engines: 2,
+				InterTokenLatency: Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{15}, Count: 15, Sum: 0.5}},
+		},
+		{
 			name: "inter_token_latency_seconds wins over time_per_output_token_seconds",
 			text: `vllm:num_requests_running 0
 # TYPE vllm:inter_token_latency_seconds histogram
-vllm:inter_token_latency_seconds_bucket{le="0.05"} 9
-vllm:inter_token_latency_seconds_bucket{le="+Inf"} 10
 vllm:inter_token_latency_seconds_count 10
 vllm:inter_token_latency_seconds_sum 0.4
 # TYPE vllm:time_per_output_token_seconds histogram
-vllm:time_per_output_token_seconds_bucket{le="0.05"} 1
-vllm:time_per_output_token_seconds_bucket{le="+Inf"} 1
 vllm:time_per_output_token_seconds_count 1
 vllm:time_per_output_token_seconds_sum 0.01
 `,
 			want: Metrics{Engines: 1,
-				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{9, 10}, Count: 10, Sum: 0.4}},
-		},
-		{
-			name: "time_per_output_token_seconds is not read beside inter_token_latency_seconds",
-			text: `vllm:num_requests_running 0
-# TYPE vllm:inter_token_latency_seconds histogram
-vllm:inter_token_latency_seconds_bucket{le="0.05"} 1
-vllm:inter_token_latency_seconds_bucket{le="+Inf"} 1
-# TYPE vllm:time_per_output_token_seconds histogram
-vllm:time_per_output_token_seconds_bucket{le="0.05"} 5
-vllm:time_per_output_token_seconds_bucket{le="+Inf"} 1
-`,
-			want: Metrics{Engines: 1,
-				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{1, 1}, Count: 1}},
-		},
-		{
-			name: "inter_token_latency_seconds samples without their TYPE line are no histogram: the older name is read",
-			text: `vllm:num_requests_running 0
-vllm:inter_token_latency_seconds_bucket{le="+Inf"} 1
-# TYPE vllm:time_per_output_token_seconds histogram
-vllm:time_per_output_token_seconds_bucket{le="+Inf"} 2
-`,
-			want: Metrics{Engines: 1,
-				InterTokenLatency: Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{2}, Count: 2}},
+				InterTokenLatency: Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{10}, Count: 10, Sum: 0.4}},
 		},
 		{
 			name: "older vLLM: time_per_output_token_seconds fallback",
@@ -324,7 +315,7 @@ vllm:time_per_output_token_seconds_count 3
 vllm:time_per_output_token_seconds_sum 0.3
 `,
 			want: Metrics{Engines: 1,
-				InterTokenLatency: Histogram{Bounds: []float64{0.05, math.Inf(1)}, Counts: []float64{1, 3}, Count: 3, Sum: 0.3}},
+				InterTokenLatency: Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{3}, Count: 3, Sum: 0.3}},
 		},
 		{
 			name: "histogram series without a TYPE line are not a histogram, and not read",
@@ -448,6 +439,9 @@ func TestSelectLines(t *testing.T) {
 		{"vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} 1", true},
 		{"vllm:time_to_first_token_seconds_sum 1", true},
 		{"vllm:time_to_first_token_seconds_count\t1", true},
+		{"vllm:inter_token_latency_seconds_sum{engine=\"0\"} 3.5", true},
+		{"vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"0.01\"} 3", false},
+		{"vllm:time_per_output_token_seconds_bucket{le=\"0.01\"} 3", false},
 		{"# HELP vllm:num_requests_waiting Number of requests waiting.", false},
 		{"# TYPE vllm:kv_cache_usage_perc gauge", true},
 		{"#TYPE\tvllm:gpu_cache_usage_perc gauge", true},
@@ -478,7 +472,7 @@ func TestSelectLines(t *testing.T) {
 				// An unterminated last line always reaches the parser.
 				text, want = tc.line, true
 			}
-			selectLines(&sel, []byte(text), true)
+			selectLines(&sel, []byte(text))
 			if got := sel.Len() > 0 || tc.line == ""; got != want {
 				t.Errorf("line %q (unterminated: %v): kept = %v, want %v", tc.line, last, got, want)
 			}
@@ -495,7 +489,7 @@ func TestParseErrorNamesTheOriginalLine(t *testing.T) {
 			want: `text format parsing error in line 5: expected float as value, got "one" (line 5 reads "vllm:num_requests_waiting one")`,
 		},
 		{
-			name: "after the older inter-token latency family, dropped beside the newer",
+			name: "after inter-token latency buckets, which are not read",
 			text: "# TYPE vllm:time_per_output_token_seconds histogram\nvllm:time_per_output_token_seconds_bucket{le=\"+Inf\"} 1\n" +
 				"# TYPE vllm:inter_token_latency_seconds histogram\nvllm:inter_token_latency_seconds_bucket{le=\"+Inf\"} 1\n" +
 				"vllm:num_requests_running{engine=\"0\" 1\n",
@@ -533,6 +527,30 @@ func checkParse(t *testing.T, got Metrics, err error, want Metrics, wantErr stri
 	got.KVCacheUsage = want.KVCacheUsage
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse = %+v, want %+v", got, want)
+	}
+}
+
+// withoutInterTokenBuckets makes whole-text families look as Parse reads
+// them: inter-token latency without its buckets (see wanted).
+func withoutInterTokenBuckets(families map[string]*dto.MetricFamily) {
+	for _, name := range []string{metricInterTokenLatency, metricTimePerOutputToken} {
+		mf := families[name]
+		if mf == nil || (mf.GetType() != dto.MetricType_HISTOGRAM && mf.GetType() != dto.MetricType_GAUGE_HISTOGRAM) {
+			continue
+		}
+		var kept []*dto.Metric
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			if h.SampleCount == nil && h.SampleCountFloat == nil && h.SampleSum == nil {
+				continue // a series of buckets only: Parse never sees it
+			}
+			h.Bucket = nil
+			kept = append(kept, m)
+		}
+		mf.Metric = kept
+		if len(kept) == 0 {
+			delete(families, name) // as the parser drops families without samples
+		}
 	}
 }
 
@@ -597,6 +615,7 @@ func FuzzParse(f *testing.F) {
 		// Skipping the lines of other families must not change the outcome
 		// whenever the whole text is valid: same Metrics, or an error both ways.
 		if families, fullErr := parseText(strings.NewReader(text)); fullErr == nil {
+			withoutInterTokenBuckets(families)
 			want, wantErr := extract(families)
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(m, want) {
 				t.Fatalf("with lines selected: %+v, %v\nparsed whole: %+v, %v", m, err, want, wantErr)

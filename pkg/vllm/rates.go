@@ -26,7 +26,7 @@ type Rates struct {
 
 	QueueTime         Latency // vllm:request_queue_time_seconds
 	TimeToFirstToken  Latency // vllm:time_to_first_token_seconds
-	InterTokenLatency Latency // vllm:inter_token_latency_seconds (or time_per_output_token_seconds)
+	InterTokenLatency Latency // vllm:inter_token_latency_seconds (or time_per_output_token_seconds): Observations and Mean only
 }
 
 // Latency summarizes one latency histogram's observations within a window.
