@@ -202,7 +202,7 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 		factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 			informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector }),
-			informers.WithTransform(stripManagedFields),
+			informers.WithTransform(slimPod),
 		)
 		reg, err := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
 		if err != nil {
@@ -218,12 +218,60 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 	return i
 }
 
-// stripManagedFields drops the largest part of a pod object that Gleaner never reads.
-func stripManagedFields(obj any) (any, error) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		pod.ManagedFields = nil
+// slimPod keeps of a pod only what the Informer reads: names, labels, owners,
+// the metrics annotations, what api.PodGPUs counts, and readiness. Real pods
+// carry kilobytes of env, volumes, probes, statuses and last-applied
+// annotations; 2,000 of them would cost more memory than everything else.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
 	}
-	return obj, nil
+	slim := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Labels:            pod.Labels,
+			OwnerReferences:   pod.OwnerReferences,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       pod.Spec.NodeName,
+			Containers:     slimContainers(pod.Spec.Containers),
+			InitContainers: slimContainers(pod.Spec.InitContainers),
+			Overhead:       pod.Spec.Overhead,
+			Resources:      pod.Spec.Resources,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
+	}
+	for _, key := range []string{api.AnnotationMetricsPort, api.AnnotationMetricsPath} {
+		if v, ok := pod.Annotations[key]; ok {
+			if slim.Annotations == nil {
+				slim.Annotations = map[string]string{}
+			}
+			slim.Annotations[key] = v
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return slim, nil
+}
+
+// slimContainers keeps what resource requests are computed from.
+func slimContainers(containers []corev1.Container) []corev1.Container {
+	if containers == nil {
+		return nil
+	}
+	slim := make([]corev1.Container, len(containers))
+	for n, c := range containers {
+		slim[n] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+	}
+	return slim
 }
 
 // onPod tracks a new or changed pod and schedules the first scrape of a new one.

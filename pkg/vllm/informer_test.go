@@ -677,3 +677,46 @@ func TestInformerRejectsBadClientOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestSlimPodKeepsWhatTheInformerReads: whatever the Informer derives from a
+// pod is the same from its slimmed copy.
+func TestSlimPodKeepsWhatTheInformerReads(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod := inferencePod("chat-7d9f8b6c5-x2k4p",
+		withLabel("pod-template-hash", "7d9f8b6c5"), ownedBy("ReplicaSet", "chat-7d9f8b6c5"),
+		withAnnotation(api.AnnotationMetricsPort, "9090"), withAnnotation(api.AnnotationMetricsPath, "/v1/metrics"),
+		withAnnotation("kubectl.kubernetes.io/last-applied-configuration", strings.Repeat("x", 4096)),
+		func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "HF_HOME", Value: "/models"}}
+			p.Spec.Containers[0].Args = []string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "4"}
+			p.Spec.Volumes = []corev1.Volume{{Name: "shm"}}
+			p.Spec.InitContainers = []corev1.Container{
+				{Name: "sidecar", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{api.GPUResource: resource.MustParse("1")}}},
+				{Name: "warm-up", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{api.GPUResource: resource.MustParse("8")}}},
+			}
+			p.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+			p.Status.Conditions = append([]corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}, p.Status.Conditions...)
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", Image: "vllm/vllm-openai:v0.11.0", Ready: true}}
+		})
+	obj, err := slimPod(pod.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*corev1.Pod)
+	if got, want := api.PodGPUs(slim, api.GPUResource), api.PodGPUs(pod, api.GPUResource); got != want || want != 9 {
+		t.Errorf("GPUs: slim %d, full %d; want both 9 (the sidecar's 1 beside the warm-up's 8 exceed 4+1)", got, want)
+	}
+	gotURL, _ := metricsURL(slim, "http")
+	wantURL, _ := metricsURL(pod, "http")
+	if gotURL != wantURL || serviceName(slim) != serviceName(pod) || scrapable(slim) != scrapable(pod) || !scrapable(slim) {
+		t.Errorf("slim: %s %s %v; full: %s %s %v", gotURL, serviceName(slim), scrapable(slim), wantURL, serviceName(pod), scrapable(pod))
+	}
+	if len(slim.Annotations) != 2 || slim.Spec.Volumes != nil || slim.Spec.Containers[0].Env != nil || slim.Status.ContainerStatuses != nil {
+		t.Errorf("slim pod kept what the Informer never reads: %+v", slim)
+	}
+	notReadyPod := pod.DeepCopy()
+	notReadyPod.Status.Conditions[1].Status = corev1.ConditionFalse
+	if obj, _ := slimPod(notReadyPod); scrapable(obj.(*corev1.Pod)) {
+		t.Errorf("a pod that is not Ready is scrapable once slimmed")
+	}
+}
