@@ -371,3 +371,26 @@ func TestArgs(t *testing.T) {
 		})
 	}
 }
+
+func TestVerdictCacheFollowsNodeUpdates(t *testing.T) {
+	var c verdictCache
+	n := node("n", "open", "8")
+	if v, err := c.read(n); err != nil || v.HarvestableGPUs != 8 {
+		t.Fatalf("first read = %+v, %v", v, err)
+	}
+	// The informer delivers an update as a new object: the cache must not serve the old verdict.
+	updated := n.DeepCopy()
+	updated.Labels[api.LabelHarvest] = "draining"
+	updated.Annotations[api.AnnotationHarvestableGPUs] = "0"
+	if v, err := c.read(updated); err != nil || v.State != api.HarvestDraining {
+		t.Fatalf("read after update = %+v, %v; want draining", v, err)
+	}
+	broken := updated.DeepCopy()
+	broken.Annotations[api.AnnotationHarvestableGPUs] = "many"
+	if _, err := c.read(broken); err == nil {
+		t.Fatal("a malformed verdict read without error")
+	}
+	if _, err := c.read(broken); err == nil {
+		t.Fatal("a cached malformed verdict lost its error")
+	}
+}
