@@ -464,6 +464,24 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 			t.Fatal("be-late never bound after the heartbeat returned")
 		}
 	})
+
+	t.Run("a rejected pod is retried as soon as a node gains harvestable GPUs", func(t *testing.T) {
+		env := env.in(t)
+		// gpu-a serves chat fully; gpu-b lends 4 (summarize-1 serves the rest), 1 of them to be-late.
+		env.create(bestEffortPod("be-wide", 7))
+		env.waitEvent(researchNS, "be-wide", "FailedScheduling", "", 20*time.Second)
+		env.assertStaysPending(researchNS, "be-wide", 2*time.Second)
+		// summarize goes away: gpu-b can lend all 8 GPUs. The verdict's update is a
+		// Node event GPUHarvest's queueing hint accepts, so the pod is retried
+		// within the scheduler's backoff (at most 10s), not at its 5-minute flush.
+		env.deleteNow(servingNS, "summarize-1")
+		env.waitVerdict("gpu-b", open(8), 15*time.Second)
+		opened := time.Now()
+		if node := env.waitBound(researchNS, "be-wide", 10*time.Second); node != "gpu-b" {
+			t.Fatalf("be-wide bound to %s; want gpu-b", node)
+		}
+		t.Logf("be-wide bound %v after gpu-b opened for 8 GPUs", time.Since(opened).Round(time.Millisecond))
+	})
 }
 
 // fillLent creates best-effort pods until every harvestable GPU of node is lent.
