@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -42,17 +43,21 @@ func DefaultLeaderElection() LeaderElection {
 	}
 }
 
-// RunLeaderElected runs run while this process holds the Lease. It returns when
-// ctx ends, or with an error when leadership is lost, so the process restarts
-// from a clean state rather than acting on a stale view.
+// RunLeaderElected runs run while this process holds the Lease. When ctx ends,
+// run is stopped and allowed to finish (its last writes included) before the
+// Lease is released, so a standby never acts beside it. It returns run's error,
+// or an error when leadership was lost, so the process restarts from a clean
+// state rather than acting on a stale view.
 func RunLeaderElected(ctx context.Context, client kubernetes.Interface, le LeaderElection, run func(context.Context) error) error {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: le.Identity})
 	if err != nil {
 		return fmt.Errorf("leader election lock %s/%s: %w", le.Namespace, le.Name, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The elector has a context of its own: it ends after run has returned.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var started atomic.Bool
 	runErr := make(chan error, 1)
 	lost := false
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -67,15 +72,20 @@ func RunLeaderElected(ctx context.Context, client kubernetes.Interface, le Leade
 		ReleaseOnCancel: true,
 		Name:            Component,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				klog.FromContext(ctx).Info("Became leader", "lease", klog.KRef(le.Namespace, le.Name), "identity", le.Identity)
-				err := run(ctx)
+			OnStartedLeading: func(leading context.Context) {
+				started.Store(true)
+				klog.FromContext(leading).Info("Became leader", "lease", klog.KRef(le.Namespace, le.Name), "identity", le.Identity)
+				runCtx, stopRun := context.WithCancel(leading)
+				stopOnShutdown := context.AfterFunc(ctx, stopRun)
+				err := run(runCtx)
+				stopOnShutdown()
+				stopRun()
 				runErr <- err
-				cancel()
+				stopElector()
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					lost = true
+				if electorCtx.Err() == nil {
+					lost = true // the elector gave up renewing; nobody asked it to stop
 				}
 			},
 		},
@@ -83,13 +93,18 @@ func RunLeaderElected(ctx context.Context, client kubernetes.Interface, le Leade
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	elector.Run(ctx)
-	select {
-	case err := <-runErr:
-		if err != nil {
+	// Not leading when ctx ends: nothing to finish, stop campaigning.
+	stopCampaign := context.AfterFunc(ctx, func() {
+		if !started.Load() {
+			stopElector()
+		}
+	})
+	defer stopCampaign()
+	elector.Run(electorCtx)
+	if started.Load() {
+		if err := <-runErr; err != nil {
 			return err
 		}
-	default:
 	}
 	if lost {
 		return fmt.Errorf("lost lease %s/%s", le.Namespace, le.Name)
