@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,7 @@ func (e *harvestEnv) startPolicyController() {
 	c := controller.New(e.client, controller.Config{
 		Metrics:   vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
 		OpenAfter: 3 * time.Second,
+		Margin:    headroomMargin,
 		Autoscale: autoscale.Config{StableWindow: 6 * time.Second, PanicWindow: 2 * time.Second, MaxScaleDown: 1},
 	})
 	go func() {
@@ -59,6 +61,9 @@ func (e *harvestEnv) startPolicyController() {
 		}
 	}()
 }
+
+// headroomMargin is the policy controller's safety margin on forecast load.
+const headroomMargin = 0.1
 
 // chatDeployment is an autoscaled vLLM Deployment whose replicas all serve
 // metrics from srv (every stand-in pod has IP 127.0.0.1).
@@ -178,8 +183,14 @@ func TestAutoscaledServiceLendsAndReclaims(t *testing.T) {
 
 	t.Run("returning load evicts just enough, gracefully, in time", func(t *testing.T) {
 		env := env.in(t)
+		// What the forecast will ask for: the load now or this hour's learned peak
+		// (56 if the controller saw the day's load, less if not), plus the margin,
+		// in 4-GPU replicas beyond the one running; each takes one 4-GPU lent pod.
+		const newLoad = 40
+		peak := math.Max(newLoad, env.profile().HourPeak)
+		wantEvicted := min(int(math.Ceil(peak*(1+headroomMargin)/demand.DefaultTargetLoad))-1, len(lent))
 		start := time.Now()
-		total.set(40) // three replicas' worth: two more replicas, 8 of the 12 lent GPUs
+		total.set(newLoad) // three replicas' worth: two more replicas, 8 of the 12 lent GPUs
 		eventually(t, 30*time.Second, "three chat replicas bound", func(context.Context) (bool, error) {
 			bound, _ := env.chatReplicas()
 			return bound >= 3, nil
@@ -211,8 +222,8 @@ func TestAutoscaledServiceLendsAndReclaims(t *testing.T) {
 				preempted = append(preempted, name)
 			}
 		}
-		if len(reclaimed) != 2 {
-			t.Fatalf("gleaner-controller evicted %v; two 4-GPU replicas need exactly two 4-GPU pods", reclaimed)
+		if len(reclaimed) != wantEvicted {
+			t.Fatalf("gleaner-controller evicted %v; a forecast peak of %.0f needs exactly %d 4-GPU pods", reclaimed, peak, wantEvicted)
 		}
 		if len(preempted) > 0 {
 			t.Fatalf("%v preempted by the scheduler although gleaner-controller's victims were already returning enough GPUs", preempted)
