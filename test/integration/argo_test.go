@@ -59,19 +59,9 @@ func argoCRDDir(t *testing.T) string {
 	return dir
 }
 
-// argoReadObjects decodes every object in a multi-document YAML file of the repo.
-func argoReadObjects(t *testing.T, rel string) []*unstructured.Unstructured {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return decodeObjects(t, data, rel)
-}
-
 func argoReadTemplate(t *testing.T, rel string) *unstructured.Unstructured {
 	t.Helper()
-	objs := argoReadObjects(t, rel)
+	objs := readRepoObjects(t, rel)
 	if len(objs) != 1 || objs[0].GetKind() != "WorkflowTemplate" {
 		t.Fatalf("%s: want exactly one WorkflowTemplate, got %d objects", rel, len(objs))
 	}
@@ -148,7 +138,7 @@ func TestArgoExamplesPassStrictValidationAgainstArgoCRDs(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
 
 	for _, rel := range append(slices.Clone(argoTemplateFiles), argoRBACFile) {
-		for _, obj := range argoReadObjects(t, rel) {
+		for _, obj := range readRepoObjects(t, rel) {
 			// A CRD can be Established a moment before discovery lists it.
 			var err error
 			eventually(t, 30*time.Second, "dry-run create of "+obj.GetKind()+" "+obj.GetName(), func(ctx context.Context) (bool, error) {

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
@@ -108,6 +109,24 @@ func decodeObjects(t *testing.T, data []byte, what string) []*unstructured.Unstr
 		}
 	}
 	return objs
+}
+
+// readRepoObjects decodes every object of a YAML file in the repository, and
+// fromUnstructured converts one to its typed form.
+func readRepoObjects(t *testing.T, rel string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeObjects(t, data, rel)
+}
+
+func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		t.Fatalf("converting %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
 }
 
 // eventually polls cond every 100ms until it returns true or timeout passes.

@@ -14,7 +14,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
@@ -25,17 +24,12 @@ import (
 // installPodGroupCRD creates the PodGroup CRD shipped in manifests/ and waits until it is served.
 func installPodGroupCRD(t *testing.T, cp *controlPlane) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "crds", "podgroups.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	objs := readRepoObjects(t, "manifests/base/crds/podgroups.yaml")
+	if len(objs) != 1 {
+		t.Fatalf("manifests/base/crds/podgroups.yaml holds %d objects, want the CRD alone", len(objs))
 	}
 	var crd apiextensionsv1.CustomResourceDefinition
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for crd.Name == "" { // skip the empty document before the leading "---"
-		if err := dec.Decode(&crd); err != nil {
-			t.Fatalf("decoding the PodGroup CRD: %v", err)
-		}
-	}
+	fromUnstructured(t, objs[0], &crd)
 	client := apiextensionsclient.NewForConfigOrDie(cp.config)
 	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), &crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

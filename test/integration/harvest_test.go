@@ -2,10 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics/legacyregistry"
 
@@ -88,20 +83,10 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 
 // installPriorityClasses creates the PriorityClasses exactly as shipped in manifests/.
 func (e *harvestEnv) installPriorityClasses() {
-	f, err := os.Open(filepath.Join(repoRoot(e.t), "manifests", "base", "priorityclasses.yaml"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
 	n := 0
-	for {
+	for _, obj := range readRepoObjects(e.t, "manifests/base/priorityclasses.yaml") {
 		var pc schedulingv1.PriorityClass
-		if err := dec.Decode(&pc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			e.t.Fatalf("decoding priorityclasses.yaml: %v", err)
-		}
+		fromUnstructured(e.t, obj, &pc)
 		if _, err := e.client.SchedulingV1().PriorityClasses().Create(context.Background(), &pc, metav1.CreateOptions{}); err != nil {
 			e.t.Fatalf("creating PriorityClass %s: %v", pc.Name, err)
 		}
