@@ -17,12 +17,21 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build manifests bench-scheduler test test-unit test-integration verify fmt vet tidy-check clean
+.PHONY: all build tools manifests bench-scheduler test test-unit test-integration verify fmt vet tidy-check clean
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# The local cluster's parts, built from the module graph (go.mod's tool block):
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK.
+TOOLS := $(BIN)/tools
+tools:
+	@mkdir -p $(TOOLS)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(TOOLS)/etcd go.etcd.io/etcd/server/v3
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(TOOLS)/ k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kwok/cmd/kwok
 
 # dist/install.yaml: every object of manifests/, rendered with kustomize's library.
 manifests:
