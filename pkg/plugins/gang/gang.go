@@ -100,13 +100,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: PodGroup client: %w", Name, err)
 	}
+	return newWithClient(ctx, args, h, client, clock.RealClock{})
+}
+
+// newWithClient builds the plugin over a PodGroup client and a clock.
+func newWithClient(ctx context.Context, args Args, h fwk.Handle, client pgclientset.Interface, clk clock.WithDelayedExecution) (*Gang, error) {
 	factory := pginformers.NewSharedInformerFactory(client, 0)
 	groups := factory.Scheduling().V1alpha1().PodGroups()
 	g := &Gang{
 		handle:  h,
 		groups:  groups.Lister(),
 		timeout: time.Duration(*args.DefaultTimeoutSeconds) * time.Second,
-		clock:   clock.RealClock{},
+		clock:   clk,
 		backoff: map[string]time.Time{},
 	}
 	// A PodGroup appearing or changing is not an event the scheduler watches
