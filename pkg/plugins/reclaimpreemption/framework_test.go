@@ -1,0 +1,266 @@
+package reclaimpreemption
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+)
+
+// These tests run ReclaimPreemption's PostFilter inside the scheduler
+// framework, after NodeResourcesFit has rejected every node, with the upstream
+// Evaluator and executor deleting victims through a fake clientset.
+
+func TestMain(m *testing.M) {
+	metrics.Register()
+	os.Exit(m.Run())
+}
+
+// gpuNode has 8 GPUs.
+func gpuNode(name string) *v1.Node {
+	alloc := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("64"),
+		v1.ResourceMemory: resource.MustParse("512Gi"),
+		v1.ResourcePods:   resource.MustParse("110"),
+		api.GPUResource:   resource.MustParse("8"),
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Capacity: alloc, Allocatable: alloc}}
+}
+
+// bound places p on node, running, with a UID.
+func bound(p *v1.Pod, node string) *v1.Pod {
+	p.UID = types.UID("uid-" + p.Name)
+	p.Spec.NodeName = node
+	p.Status.Phase = v1.PodRunning
+	return p
+}
+
+func inGang(p *v1.Pod, group string) *v1.Pod {
+	p.Labels = map[string]string{api.LabelPodGroup: group}
+	return p
+}
+
+func leaving(p *v1.Pod) *v1.Pod {
+	p.DeletionTimestamp = &metav1.Time{Time: now}
+	return p
+}
+
+func pending(p *v1.Pod) *v1.Pod {
+	p.UID = types.UID("uid-" + p.Name)
+	return p
+}
+
+type postFilterResult struct {
+	nominated string
+	code      fwk.Code
+	reason    string
+	deleted   []string
+}
+
+func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, wantDeleted int) postFilterResult {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	objs := []runtime.Object{pod}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	client := fake.NewClientset(objs...)
+	informerFactory := informers.NewSharedInformerFactory(client, 0)
+	informerFactory.Core().V1().Pods().Informer()
+	informerFactory.Policy().V1().PodDisruptionBudgets().Informer()
+	var pl *ReclaimPreemption
+	factory := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		p, err := New(ctx, obj, h)
+		if err == nil {
+			pl = p.(*ReclaimPreemption)
+		}
+		return p, err
+	}
+	fitArgs := &schedulerapi.NodeResourcesFitArgs{ScoringStrategy: &schedulerapi.ScoringStrategy{
+		Type:      schedulerapi.LeastAllocated,
+		Resources: []schedulerapi.ResourceSpec{{Name: "cpu", Weight: 1}},
+	}}
+	snapshot := internalcache.NewSnapshot(pods, nodes)
+	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "PreFilter", "Filter"),
+		func(_ *frameworkruntime.Registry, profile *schedulerapi.KubeSchedulerProfile) {
+			for i := range profile.PluginConfig {
+				if profile.PluginConfig[i].Name == noderesources.Name {
+					profile.PluginConfig[i].Args = fitArgs
+				}
+			}
+		},
+		tf.RegisterPluginAsExtensions(Name, factory, "PostFilter"),
+	}, "gleaner-scheduler",
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
+		frameworkruntime.WithInformerFactory(informerFactory),
+		frameworkruntime.WithPodNominator(internalqueue.NewTestQueue(ctx, nil)),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithMutableSnapshotLister(snapshot),
+		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+		frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.clock = clocktesting.NewFakePassiveClock(now) // lost work as of the pods' fixed times
+	informerFactory.Start(ctx.Done())
+	informerFactory.WaitForCacheSync(ctx.Done())
+
+	// The scheduling cycle up to PostFilter: PreFilter, then Filter on every node.
+	state := framework.NewCycleState()
+	if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	statuses := framework.NewDefaultNodeToStatus()
+	infos, err := fw.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ni := range infos {
+		st := fw.RunFilterPlugins(ctx, state, pod, ni)
+		if st.IsSuccess() {
+			t.Fatalf("test set-up: %s fits on %s without preemption", pod.Name, ni.Node().Name)
+		}
+		statuses.Set(ni.Node().Name, st)
+	}
+	result, st := fw.RunPostFilterPlugins(ctx, state, pod, statuses)
+
+	var out postFilterResult
+	if result != nil && result.NominatingInfo != nil {
+		out.nominated = result.NominatedNodeName
+	}
+	out.code = st.Code()
+	if st != nil {
+		out.reason = st.Message()
+	}
+	// Victims are deleted asynchronously: wait for the deletions expected, then
+	// a little longer for any that are not.
+	deletedPods := func() sets.Set[string] {
+		deleted := sets.New[string]()
+		for _, a := range client.Actions() {
+			if d, ok := a.(clienttesting.DeleteAction); ok && a.GetResource().Resource == "pods" {
+				deleted.Insert(d.GetName())
+			}
+		}
+		return deleted
+	}
+	for deadline := time.Now().Add(10 * time.Second); deletedPods().Len() < wantDeleted && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	deleted := deletedPods()
+	out.deleted = sets.List(deleted)
+	return out
+}
+
+func TestFrameworkPostFilter(t *testing.T) {
+	const be, inf = -1000, 1000000
+	tests := []struct {
+		name  string
+		pod   *v1.Pod
+		nodes []*v1.Node
+		pods  []*v1.Pod
+		want  postFilterResult
+	}{{
+		name:  "inference evicts the best-effort pod with the least work to lose",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			bound(runningPod("long-run", be, 4, 3*time.Hour, 0), "n1"),
+			bound(runningPod("just-checkpointed", be, 4, 5*time.Hour, time.Minute), "n1"),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"just-checkpointed"}},
+	}, {
+		name:  "least lost work decides, even when more pods go",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			bound(runningPod("big", be, 4, 2*time.Hour, 0), "n1"),
+			bound(runningPod("small-a", be, 2, 10*time.Minute, 0), "n1"),
+			bound(runningPod("small-b", be, 2, 10*time.Minute, 0), "n1"),
+		},
+		// big would lose 8 GPU-hours, the two smalls 40 GPU-minutes together: the smalls go.
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"small-a", "small-b"}},
+	}, {
+		name:  "a gang member is evicted with the rest of its gang, wherever they run",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1"), gpuNode("n2")},
+		pods: []*v1.Pod{
+			bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
+			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
+			// n2 cannot make room: its other GPUs serve inference.
+			bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
+			bound(runningPod("serving", inf, 6, time.Hour, 0), "n2"),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0", "gang-1"}},
+	}, {
+		name:  "pods already terminating will make room: wait for them, evict nothing",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			leaving(bound(runningPod("evicted-earlier", be, 4, time.Hour, 0), "n1")),
+			bound(runningPod("staying", be, 4, time.Minute, 0), "n1"),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success},
+	}, {
+		name:  "inference never preempts pods that are not best-effort",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			bound(runningPod("other-inference", 1000, 4, time.Hour, 0), "n1"),
+			bound(runningPod("batch", 0, 4, time.Hour, 0), "n1"),
+		},
+		want: postFilterResult{code: fwk.Unschedulable, reason: "preemption: "},
+	}, {
+		name:  "a best-effort pod never preempts",
+		pod:   pending(runningPod("train", be, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			bound(runningPod("lower", be-1, 8, time.Hour, 0), "n1"),
+		},
+		want: postFilterResult{code: fwk.Unschedulable, reason: ErrReasonBestEffort},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runPostFilter(t, tt.pod, tt.nodes, tt.pods, len(tt.want.deleted))
+			sort.Strings(tt.want.deleted)
+			if got.nominated != tt.want.nominated || got.code != tt.want.code || !strings.Contains(got.reason, tt.want.reason) ||
+				strings.Join(got.deleted, ",") != strings.Join(tt.want.deleted, ",") {
+				t.Fatalf("PostFilter = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
