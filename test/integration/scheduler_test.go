@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,8 +14,13 @@ import (
 	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
 	gleanerscheduler "github.com/gleaner-dev/gleaner/pkg/scheduler"
 )
 
@@ -133,4 +139,58 @@ func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
 			t.Logf("gleaner-scheduler refuses to start: %v", err)
 		})
 	}
+}
+
+// TestShippedProfile: the shipped KubeSchedulerConfiguration builds the profile
+// Gleaner means — GPUHarvest filtering before every other plugin (it rejects
+// closed and full nodes most cheaply), scoring with its weight, ReclaimPreemption
+// instead of DefaultPreemption, and Gang at Permit.
+func TestShippedProfile(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	// The profile is built before the scheduler talks to the API server.
+	writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}, kubeconfig)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, sched, err := trySetupScheduler(t, ctx, kubeconfig, raw, gleanerscheduler.Plugins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, ok := sched.Profiles[api.SchedulerName]
+	if !ok {
+		t.Fatalf("no %s profile", api.SchedulerName)
+	}
+	plugins := fw.ListPlugins()
+	names := func(set *schedulerapi.PluginSet) []string {
+		var out []string
+		for _, p := range set.Enabled {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	if got := names(&plugins.Filter); len(got) == 0 || got[0] != gpuharvest.Name {
+		t.Errorf("filter order %v, want %s first", got, gpuharvest.Name)
+	}
+	if got := names(&plugins.PreFilter); !slices.Contains(got, gpuharvest.Name) || !slices.Contains(got, gang.Name) {
+		t.Errorf("preFilter %v, want %s and %s", got, gpuharvest.Name, gang.Name)
+	}
+	if got := names(&plugins.PostFilter); !slices.Contains(got, reclaimpreemption.Name) || slices.Contains(got, "DefaultPreemption") {
+		t.Errorf("postFilter %v, want %s in place of DefaultPreemption", got, reclaimpreemption.Name)
+	}
+	if got := names(&plugins.Permit); !slices.Contains(got, gang.Name) {
+		t.Errorf("permit %v, want %s", got, gang.Name)
+	}
+	var weight int32
+	for _, p := range plugins.Score.Enabled {
+		if p.Name == gpuharvest.Name {
+			weight = p.Weight
+		}
+	}
+	if weight != 10 {
+		t.Errorf("%s score weight %d, want the shipped 10", gpuharvest.Name, weight)
+	}
+	t.Logf("filter order: %v", names(&plugins.Filter))
 }
