@@ -7,10 +7,8 @@ package integration
 // as Argo would call them, and the step annotating its own pod.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,7 +16,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -462,7 +459,7 @@ func TestArgoPipelineRunsWithTheReferenceStep(t *testing.T) {
 			}
 			code := p.wait(t, 30*time.Second)
 			if code != 143 {
-				t.Fatalf("preempted %s exited %d, want 143:\n%s", step.name, code, p.out.String())
+				t.Fatalf("preempted %s exited %d, want 143:\n%s", step.name, code, p.tail())
 			}
 			if !argoRetryDecision(t, policy, expression, "143", "Failed", "main: Error (exit code 143)") {
 				t.Fatal("the template would not retry the preempted pretrain step")
@@ -470,10 +467,10 @@ func TestArgoPipelineRunsWithTheReferenceStep(t *testing.T) {
 		}
 		p := startArgoStep(t, step)
 		if code := p.wait(t, 2*time.Minute); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", step.name, code, p.out.String())
+			t.Fatalf("%s exited %d:\n%s", step.name, code, p.tail())
 		}
-		if strings.HasPrefix(step.name, "pretrain") && !strings.Contains(p.out.String(), "resuming from checkpoint") {
-			t.Fatalf("the retried pretrain step did not resume from its checkpoint:\n%s", p.out.String())
+		if strings.HasPrefix(step.name, "pretrain") && !strings.Contains(p.output(), "resuming from checkpoint") {
+			t.Fatalf("the retried pretrain step did not resume from its checkpoint:\n%s", p.tail())
 		}
 	}
 
@@ -509,64 +506,11 @@ func argoMergeScope(a, b map[string]string) map[string]string {
 	return out
 }
 
-type argoStepProcess struct {
-	cmd  *exec.Cmd
-	out  *argoOutput
-	done chan error
-}
-
-type argoOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *argoOutput) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *argoOutput) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 4000 {
-		return "..." + s.b.String()[s.b.Len()-4000:]
-	}
-	return s.b.String()
-}
-
-func startArgoStep(t *testing.T, step argoStep, env ...string) *argoStepProcess {
+func startArgoStep(t *testing.T, step argoStep, env ...string) *process {
 	t.Helper()
-	p := &argoStepProcess{cmd: exec.Command(step.argv[0], step.argv[1:]...), out: &argoOutput{}, done: make(chan error, 1)}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.Env = append(os.Environ(), env...)
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s (%v): %v", step.name, step.argv, err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-	})
-	return p
-}
-
-func (p *argoStepProcess) wait(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode()
-		}
-		if err != nil {
-			t.Fatalf("waiting for %v: %v", p.cmd.Args, err)
-		}
-		return 0
-	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
-		t.Fatalf("%v did not exit within %v:\n%s", p.cmd.Args, timeout, p.out.String())
-		return -1
-	}
+	cmd := exec.Command(step.argv[0], step.argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	return startCommand(t, step.name, cmd)
 }
 
 // The reference step records each checkpoint's time on its own pod in the
@@ -628,13 +572,13 @@ func TestTrainExampleRecordsLastCheckpointOnItsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := p.wait(t, 30*time.Second); code != 143 {
-		t.Fatalf("exit %d after SIGTERM, want 143:\n%s", code, p.out.String())
+		t.Fatalf("exit %d after SIGTERM, want 143:\n%s", code, p.tail())
 	}
 	last, ok, err := lastCheckpoint(ctx)
 	if err != nil || !ok || last.Before(sent) {
 		t.Fatalf("after the SIGTERM checkpoint the annotation says %v (%v, %v); want a time at or after %v", last, ok, err, sent)
 	}
-	if strings.Contains(p.out.String(), "could not record") {
-		t.Fatalf("the step reported a failed annotation:\n%s", p.out.String())
+	if strings.Contains(p.output(), "could not record") {
+		t.Fatalf("the step reported a failed annotation:\n%s", p.tail())
 	}
 }

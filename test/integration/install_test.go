@@ -409,7 +409,14 @@ func (p *process) stop(t *testing.T) {
 
 func startProcess(t *testing.T, name, binary string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	return startCommand(t, name, exec.Command(binary, args...))
+}
+
+// startCommand starts cmd as a child process whose output is kept, and kills it
+// when the test ends (printing the output's tail if the test failed).
+func startCommand(t *testing.T, name string, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
@@ -423,14 +430,33 @@ func startProcess(t *testing.T, name, binary string, args ...string) *process {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
-		if out := p.output(); t.Failed() {
-			if len(out) > 4000 {
-				out = "..." + out[len(out)-4000:]
-			}
-			t.Logf("%s output (tail):\n%s", name, out)
+		if t.Failed() {
+			t.Logf("%s output (tail):\n%s", name, p.tail())
 		}
 	})
 	return p
+}
+
+// tail is the last 4000 bytes of the process's output.
+func (p *process) tail() string {
+	out := p.output()
+	if len(out) > 4000 {
+		out = "..." + out[len(out)-4000:]
+	}
+	return out
+}
+
+// wait waits for the process to exit on its own and returns its exit code.
+func (p *process) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("%s did not exit within %v:\n%s", p.name, timeout, p.tail())
+		return -1
+	}
 }
 
 func waitHealthy(t *testing.T, p *process, url string) {
