@@ -20,6 +20,7 @@ func newSimulateCommand() *cobra.Command {
 		format       string
 		plotFile     string
 		synthetic    int
+		loadShape    string
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -39,7 +40,9 @@ as the controller learns it), or all.
 per-client rates): one row per service per window, windows from 0 without
 gaps, window 0 at 00:00 UTC on a Monday. Without it, a synthetic diurnal fleet
 of --synthetic-services services is generated. The trace repeats if --days
-runs past its end. Each service's replicas are sized to its peak window at
+runs past its end. A window's rate is its mean: by default load is
+interpolated linearly between window middles (--load-shape step holds it
+constant within each window instead). Each service's replicas are sized to its peak window at
 --replica-capacity req/s per replica, and the cluster (--nodes 0) to hold
 them all.
 
@@ -72,6 +75,13 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 				write = func(f *os.File, r []simulate.Result) error { return simulate.WriteCSV(f, r) }
 			default:
 				return fmt.Errorf("--format %q: want table, json or csv", format)
+			}
+			switch loadShape {
+			case "linear":
+			case "step":
+				cfg.StepLoad = true
+			default:
+				return fmt.Errorf("--load-shape %q: want linear or step", loadShape)
 			}
 			if days <= 0 {
 				return fmt.Errorf("--days %d: must be positive", days)
@@ -131,6 +141,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast or all.")
 	f.StringVar(&format, "format", "table", "Output format: table, json or csv.")
 	f.StringVar(&plotFile, "plot", "", "Write a PNG of GPUs serving / lent / idle over time, one panel per policy.")
+	f.StringVar(&loadShape, "load-shape", "linear", "How a window's rate becomes load over time: linear (interpolated between window middles) or step (constant within the window).")
 	f.IntVar(&synthetic, "synthetic-services", 24, "Services of the synthetic fleet (without --services).")
 	f.IntVar(&cfg.Nodes, "nodes", 0, "Nodes in the cluster; 0 to size it to every service's peak window.")
 	f.Int64Var(&cfg.GPUsPerNode, "gpus-per-node", cfg.GPUsPerNode, "GPUs of each node.")

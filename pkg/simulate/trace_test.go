@@ -96,8 +96,8 @@ func TestParseJobsErrors(t *testing.T) {
 	}
 }
 
-// sharedTraces is ../shared/traces next to the repository root, or skips the test.
-func sharedTraces(t testing.TB) string {
+// repoRoot is the directory holding go.mod, found by walking up.
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -105,7 +105,7 @@ func sharedTraces(t testing.TB) string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -113,7 +113,12 @@ func sharedTraces(t testing.TB) string {
 		}
 		dir = parent
 	}
-	traces := filepath.Join(filepath.Dir(dir), "shared", "traces")
+}
+
+// sharedTraces is ../shared/traces next to the repository root, or skips the test.
+func sharedTraces(t testing.TB) string {
+	t.Helper()
+	traces := filepath.Join(filepath.Dir(repoRoot(t)), "shared", "traces")
 	for _, f := range []string{"servegen-services.csv", "openb/openb_pod_list_default.csv"} {
 		if _, err := os.Stat(filepath.Join(traces, f)); err != nil {
 			t.Skipf("public traces are not available next to the repository (%v); they live in ../shared/traces outside the repo", err)
