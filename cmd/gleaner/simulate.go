@@ -141,6 +141,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast or all.")
 	f.StringVar(&format, "format", "table", "Output format: table, json or csv.")
 	f.StringVar(&plotFile, "plot", "", "Write a PNG of GPUs serving / lent / idle over time, one panel per policy.")
+	f.BoolVar(&cfg.NoTrend, "no-trend", false, "Diagnostic: leave the load trend out of the forecast (gleaner-controller always uses it).")
 	f.StringVar(&loadShape, "load-shape", "linear", "How a window's rate becomes load over time: linear (interpolated between window middles) or step (constant within the window).")
 	f.IntVar(&synthetic, "synthetic-services", 24, "Services of the synthetic fleet (without --services).")
 	f.IntVar(&cfg.Nodes, "nodes", 0, "Nodes in the cluster; 0 to size it to every service's peak window.")

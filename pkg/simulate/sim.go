@@ -136,6 +136,9 @@ type Config struct {
 	// StepLoad reads each trace window's rate as constant over the window
 	// instead of interpolating between window middles.
 	StepLoad bool
+	// NoTrend leaves the trend out of the forecast (a diagnostic: the
+	// controller always uses it).
+	NoTrend bool
 }
 
 // DefaultConfig is the evaluation default: every trace is judged with it.
@@ -243,6 +246,11 @@ type Result struct {
 	LostGPUHours float64 `json:"lostGpuHours"`
 	// Preemptions: best-effort pods evicted.
 	Preemptions int `json:"preemptions"`
+	// ReclaimedGPUs: GPUs of the evicted pods.
+	ReclaimedGPUs int64 `json:"reclaimedGpus"`
+	// ReclaimedUnusedGPUs: reclaimed GPUs lent again on their node before an
+	// inference replica bound there (each binding uses up to GPUsPerReplica of them).
+	ReclaimedUnusedGPUs int64 `json:"reclaimedUnusedGpus"`
 	// InferenceReplicaStarts: replicas bound after the start (the initial ones excluded).
 	InferenceReplicaStarts int `json:"inferenceReplicaStarts"`
 	// InferenceWaitSeconds: total time wanted replicas waited for GPUs.
@@ -264,6 +272,7 @@ type simNode struct {
 	alloc     int64
 	inference int64 // GPUs of bound inference replicas
 	lent      int64 // GPUs of best-effort pods, terminating included
+	reclaimed int64 // reclaimed GPUs no replica has bound to yet
 }
 
 type simService struct {
@@ -473,7 +482,9 @@ func (s *sim) bindNode() int {
 }
 
 func (s *sim) bind(svc, node int) {
-	s.nodes[node].inference += s.cfg.GPUsPerReplica
+	n := &s.nodes[node]
+	n.inference += s.cfg.GPUsPerReplica
+	n.reclaimed -= min(n.reclaimed, s.cfg.GPUsPerReplica)
 	s.svcs[svc].bound = append(s.svcs[svc].bound, node)
 }
 
@@ -526,7 +537,11 @@ func (s *sim) plan(t time.Duration) {
 		if s.policy == Forecast {
 			profile = &sv.profile
 		}
-		f := demand.PeakForecast(now, now0.Load, cfg.Horizon, &sv.trend, profile)
+		trend := &sv.trend
+		if cfg.NoTrend {
+			trend = nil
+		}
+		f := demand.PeakForecast(now, now0.Load, cfg.Horizon, trend, profile)
 		in.ForecastLoad = f.Peak
 		need := demand.Assess(in)
 		if need.Spare > 0 {
@@ -577,6 +592,8 @@ func (s *sim) reclaim(t time.Duration) {
 				j.done += s.lastCheckpoint(j, t) - j.start
 				j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
 				s.res.Preemptions++
+				s.res.ReclaimedGPUs += j.GPUs
+				s.nodes[i].reclaimed += j.GPUs
 				s.res.LostGPUHours += m.LostWork / 3600
 			}
 		}
@@ -666,7 +683,11 @@ func (s *sim) schedule(t time.Duration) {
 			continue
 		}
 		j.node, j.start = best, t
-		s.nodes[best].lent += j.GPUs
+		n := &s.nodes[best]
+		n.lent += j.GPUs
+		unused := min(n.reclaimed, j.GPUs)
+		n.reclaimed -= unused
+		s.res.ReclaimedUnusedGPUs += unused
 		s.queuedGPUs -= j.GPUs
 		s.running = append(s.running, j)
 		s.queue[qi] = nil

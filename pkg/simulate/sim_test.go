@@ -17,6 +17,14 @@ func small(rates ...float64) (Config, *Fleet) {
 	return cfg, &Fleet{Window: time.Hour, Services: []ServiceTrace{{Name: "svc", Rates: rates}}}
 }
 
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 // TestAccounting pins the definitions against scenarios computed by hand.
@@ -26,6 +34,7 @@ func TestAccounting(t *testing.T) {
 		preemptions, starts, overBudget          int
 		wait                                     float64
 		started, completed                       int
+		reclaimed, unused                        int64
 	}
 	tests := []struct {
 		name   string
@@ -33,6 +42,7 @@ func TestAccounting(t *testing.T) {
 		rates  []float64
 		jobs   []Job
 		tweak  func(*Config)
+		window time.Duration // of the trace; 0 means an hour
 		want   want
 	}{{
 		// Load 10 req/s needs 1 replica (4 GPUs) of the 8: idle = 4 GPUs x 2 h = 8 GPU-h.
@@ -69,14 +79,14 @@ func TestAccounting(t *testing.T) {
 		name: "scale-up reclaims and waits out the grace period", policy: Continuous,
 		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
 		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
-			preemptions: 1, starts: 1, wait: 120, started: 1},
+			preemptions: 1, starts: 1, wait: 120, started: 1, reclaimed: 4},
 	}, {
 		// The same with a 100 s budget: the 120 s wait is over it.
 		name: "a wait over the budget counts", policy: Continuous,
 		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
 		tweak: func(c *Config) { c.ReclaimBudget = 100 * time.Second },
 		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
-			preemptions: 1, starts: 1, wait: 120, overBudget: 1, started: 1},
+			preemptions: 1, starts: 1, wait: 120, overBudget: 1, started: 1, reclaimed: 4},
 	}, {
 		// Two 2-GPU jobs: packing puts both on the one node (4 harvestable GPUs).
 		// At 3600 s the node must return 4 GPUs, so both go. Job a started at 120 s
@@ -85,7 +95,7 @@ func TestAccounting(t *testing.T) {
 		name: "every pod on the node is reclaimed", policy: Continuous,
 		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 2, Work: 3 * time.Hour}, {Name: "b", GPUs: 2, Work: 3 * time.Hour}},
 		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
-			preemptions: 2, starts: 1, wait: 120, started: 2},
+			preemptions: 2, starts: 1, wait: 120, started: 2, reclaimed: 4},
 	}, {
 		// The checkpoint interval decides the loss: with checkpoints every 10 min
 		// the job last checkpointed at 120 + 5 x 600 = 3120 s: 4 x 480 = 1920 GPU-s.
@@ -93,11 +103,33 @@ func TestAccounting(t *testing.T) {
 		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
 		tweak: func(c *Config) { c.CheckpointInterval = 10 * time.Minute },
 		want: want{idle: 4, harvested: 4, fraction: 1, lost: 1920.0 / 3600, serving: 42720.0 / 3600,
-			preemptions: 1, starts: 1, wait: 120, started: 1},
+			preemptions: 1, starts: 1, wait: 120, started: 1, reclaimed: 4},
+	}, {
+		// One-minute windows: 10 req/s for an hour, 30 for the minute from 3600 s,
+		// then 10 again; no trend, so only the load speaks. At 3600 s the second
+		// replica finds no GPU and the job is evicted as above (lost 6720 GPU-s).
+		// At 3660 s the replica is no longer wanted: it waited 60 s and never binds.
+		// The gate saw 0 harvestable at 3600 and 3630 s, so it lends again once the
+		// last of those is 120 s old: at 3780 s (GPUs back at 3720 s). The 4
+		// reclaimed GPUs are lent again unused. The job resumes at 3780 s from its
+		// checkpoint and runs to the end. Harvested 4 x ((3720 - 120) + (7200 - 3780))
+		// = 28080 GPU-s = 7.8 GPU-h; idle 4 x (7200 - 60) = 28560 GPU-s = 7.9333 GPU-h;
+		// serving 4 x 7200 = 8 GPU-h; fraction 28080/28560.
+		name: "a reclaim the load no longer needs is lent again", policy: Continuous,
+		window: time.Minute,
+		rates:  append(append(repeat(10, 60), 30), repeat(10, 59)...),
+		jobs:   []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		tweak:  func(c *Config) { c.NoTrend = true },
+		want: want{idle: 28560.0 / 3600, harvested: 28080.0 / 3600, fraction: 28080.0 / 28560, lost: 6720.0 / 3600, serving: 8,
+			preemptions: 1, wait: 60, started: 2, reclaimed: 4, unused: 4},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, fleet := small(tt.rates...)
+			if tt.window > 0 {
+				fleet.Window = tt.window
+				cfg.Duration = time.Duration(len(tt.rates)) * tt.window
+			}
 			if tt.tweak != nil {
 				tt.tweak(&cfg)
 			}
@@ -106,11 +138,13 @@ func TestAccounting(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := want{r.IdleGPUHours, r.HarvestedGPUHours, r.HarvestedFraction, r.LostGPUHours, r.ServingGPUHours,
-				r.Preemptions, r.InferenceReplicaStarts, r.InferenceWaitsOverBudget, r.InferenceWaitSeconds, r.JobsStarted, r.JobsCompleted}
+				r.Preemptions, r.InferenceReplicaStarts, r.InferenceWaitsOverBudget, r.InferenceWaitSeconds, r.JobsStarted, r.JobsCompleted,
+				r.ReclaimedGPUs, r.ReclaimedUnusedGPUs}
 			w := tt.want
 			if !near(got.idle, w.idle) || !near(got.harvested, w.harvested) || !near(got.fraction, w.fraction) || !near(got.lost, w.lost) ||
 				!near(got.serving, w.serving) || !near(got.wait, w.wait) || got.preemptions != w.preemptions || got.starts != w.starts ||
-				got.overBudget != w.overBudget || got.started != w.started || got.completed != w.completed {
+				got.overBudget != w.overBudget || got.started != w.started || got.completed != w.completed ||
+				got.reclaimed != w.reclaimed || got.unused != w.unused {
 				t.Fatalf("got  %+v\nwant %+v", got, w)
 			}
 			if r.Nodes != 1 || r.FleetGPUs != 8 {
