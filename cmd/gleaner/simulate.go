@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -65,14 +66,14 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			if err != nil {
 				return err
 			}
-			var write func(*os.File, []simulate.Result) error
+			var write func(io.Writer, []simulate.Result) error
 			switch format {
 			case "table":
-				write = func(f *os.File, r []simulate.Result) error { return simulate.WriteTable(f, r) }
+				write = simulate.WriteTable
 			case "json":
-				write = func(f *os.File, r []simulate.Result) error { return simulate.WriteJSON(f, r) }
+				write = simulate.WriteJSON
 			case "csv":
-				write = func(f *os.File, r []simulate.Result) error { return simulate.WriteCSV(f, r) }
+				write = simulate.WriteCSV
 			default:
 				return fmt.Errorf("--format %q: want table, json or csv", format)
 			}
@@ -113,11 +114,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			if err != nil {
 				return err
 			}
-			out, ok := cmd.OutOrStdout().(*os.File)
-			if !ok {
-				out = os.Stdout
-			}
-			if err := write(out, results); err != nil {
+			if err := write(cmd.OutOrStdout(), results); err != nil {
 				return err
 			}
 			if plotFile != "" {
