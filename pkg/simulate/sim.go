@@ -18,7 +18,13 @@
 //  3. Pending replicas bind to a node with GPUsPerReplica GPUs held neither by
 //     inference nor by best-effort pods (the fullest such node). A replica that
 //     finds none waits; its wait, from the step it was wanted to the step it
-//     binds, is inference wait.
+//     binds, is inference wait. A waiting replica is left out of the demand
+//     model's replicas, so the round below keeps headroom for it and reclaims
+//     GPUs where the planner places that headroom. This stands in for
+//     gleaner-scheduler's ReclaimPreemption PostFilter, which evicts for a
+//     pending inference pod but runs the upstream preemption Evaluator and
+//     cannot run without the framework. (The real controller counts a pending
+//     pod as a Starting replica, which is capacity, not headroom.)
 //  4. The controller's round, as pkg/controller runs it: per service,
 //     demand.Assess of the bound replicas (each Known, carrying an equal share
 //     of the load; load beyond the capacity of a replica is waiting requests),
