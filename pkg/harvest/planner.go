@@ -63,8 +63,10 @@ type Plan struct {
 // unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
 func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	plan := Plan{Nodes: make(map[string]NodePlan, len(nodes))}
-	spare := make(map[string]int64, len(nodes))
-	var lendable []*Node
+	// Spare and placed GPUs live beside each node rather than in maps by name:
+	// placing a replica compares every lendable node, and on a large pool with
+	// much headroom the map lookups were most of the planner's time.
+	lendable := make([]home, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		free := n.AllocatableGPUs - n.ReservedGPUs
@@ -72,8 +74,7 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 			plan.Nodes[n.Name] = NodePlan{Verdict: Closed}
 			continue
 		}
-		spare[n.Name] = free
-		lendable = append(lendable, n)
+		lendable = append(lendable, home{Node: n, spare: free})
 	}
 
 	var replicas []Headroom
@@ -87,28 +88,28 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	}
 	sort.SliceStable(replicas, func(i, j int) bool { return replicas[i].GPUsPerReplica > replicas[j].GPUsPerReplica })
 
-	placed := make(map[string]int64, len(lendable))
 	for _, r := range replicas {
-		var best *Node
-		for _, n := range lendable {
-			if spare[n.Name] < r.GPUsPerReplica {
+		var best *home
+		for i := range lendable {
+			h := &lendable[i]
+			if h.spare < r.GPUsPerReplica {
 				continue
 			}
-			if best == nil || betterHome(n, best, spare, r.GPUsPerReplica) {
-				best = n
+			if best == nil || betterHome(h, best, r.GPUsPerReplica) {
+				best = h
 			}
 		}
 		if best == nil {
 			plan.Unplaced = append(plan.Unplaced, r)
 			continue
 		}
-		spare[best.Name] -= r.GPUsPerReplica
-		placed[best.Name] += r.GPUsPerReplica
+		best.spare -= r.GPUsPerReplica
+		best.placed += r.GPUsPerReplica
 	}
 
-	for _, n := range lendable {
-		harvestable := spare[n.Name]
-		np := NodePlan{HeadroomGPUs: placed[n.Name], Verdict: Verdict{HarvestableGPUs: harvestable}}
+	for _, h := range lendable {
+		n, harvestable := h.Node, h.spare
+		np := NodePlan{HeadroomGPUs: h.placed, Verdict: Verdict{HarvestableGPUs: harvestable}}
 		switch {
 		case n.LentGPUs > harvestable:
 			np.State = api.HarvestDraining
@@ -123,18 +124,25 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	return plan
 }
 
+// home is a lendable node while headroom is placed: its GPUs not yet reserved
+// (spare) and the headroom placed on it.
+type home struct {
+	*Node
+	spare, placed int64
+}
+
 // betterHome reports whether a is a better place than b for a replica of size gpus.
-func betterHome(a, b *Node, spare map[string]int64, gpus int64) bool {
-	aNoReclaim := spare[a.Name]-a.LentGPUs >= gpus
-	bNoReclaim := spare[b.Name]-b.LentGPUs >= gpus
+func betterHome(a, b *home, gpus int64) bool {
+	aNoReclaim := a.spare-a.LentGPUs >= gpus
+	bNoReclaim := b.spare-b.LentGPUs >= gpus
 	if aNoReclaim != bNoReclaim {
 		return aNoReclaim
 	}
 	if a.HostsInference != b.HostsInference {
 		return a.HostsInference
 	}
-	if spare[a.Name] != spare[b.Name] {
-		return spare[a.Name] < spare[b.Name]
+	if a.spare != b.spare {
+		return a.spare < b.spare
 	}
 	return a.Name < b.Name
 }

@@ -218,31 +218,23 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 	return nil
 }
 
-// Score combines two preferences, weighted by the args' scoreWeights:
-//
-//	packing    = MaxNodeScore * (lent + request) / harvestable
-//	idleWindow = MaxNodeScore * (allocatable - serving) / allocatable
-//	score      = (wPacking * packing + wIdle * idleWindow) / (wPacking + wIdle)
-//
-// Packing fills one node's lent GPUs before the next, so reclaiming room for one
-// inference replica evicts few jobs and other nodes stay whole. The idle window
-// prefers nodes serving little inference (serving: GPUs of pods that are not
-// best-effort): the planner keeps inference headroom on nodes that already
-// serve, so GPUs lent there are the first taken back.
+// Score is harvest.PlacementScore, weighted by the args' scoreWeights (the
+// simulator scores with the same function). Serving GPUs are those requested
+// by pods that are not best-effort.
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	verdict, err := pl.verdicts.read(nodeInfo.Node())
 	if err != nil || verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
 	lent := pl.lentGPUs(nodeInfo)
-	packing := fwk.MaxNodeScore * min(lent+pl.podGPUs(state, pod), verdict.HarvestableGPUs) / verdict.HarvestableGPUs
-	var idle int64
-	if alloc := nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu]; alloc > 0 {
-		serving := max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0)
-		idle = fwk.MaxNodeScore * max(alloc-serving, 0) / alloc
+	n := harvest.PlacementNode{
+		HarvestableGPUs: verdict.HarvestableGPUs,
+		LentGPUs:        lent,
+		AllocatableGPUs: nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu],
+		ServingGPUs:     max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0),
 	}
 	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
-	return (wp*packing + wi*idle) / (wp + wi), nil
+	return harvest.PlacementScore(n, pl.podGPUs(state, pod), wp, wi, fwk.MaxNodeScore), nil
 }
 
 // ScoreExtensions: scores are already within [0, MaxNodeScore].

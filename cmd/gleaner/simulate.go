@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gleaner-dev/gleaner/pkg/simulate"
+)
+
+func newSimulateCommand() *cobra.Command {
+	var (
+		cfg          = simulate.DefaultConfig()
+		servicesFile string
+		jobsFile     string
+		days         int
+		policy       string
+		format       string
+		plotFile     string
+		synthetic    int
+		loadShape    string
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Estimate the GPU-hours Gleaner would harvest from a fleet, and what it would cost inference",
+		Long: `Replay per-service inference traffic and a stream of best-effort jobs in
+virtual time through the same demand model, planner, gate, reclaimer and
+placement score that gleaner-controller and gleaner-scheduler run, and report
+per policy the idle GPU-hours, what was harvested, work lost to preemption and
+how long inference replicas waited for lent GPUs.
+
+Policies: none (lend nothing), nightly (lend only within --nightly-windows,
+UTC), continuous (lend what is spare now; headroom from the load trend),
+forecast (continuous plus each service's hour-of-week profile, learned online
+as the controller learns it), or all.
+
+--services: CSV with window_start_s,service,rate_req_per_s (e.g. ServeGen's
+per-client rates): one row per service per window, windows from 0 without
+gaps, window 0 at 00:00 UTC on a Monday. Without it, a synthetic diurnal fleet
+of --synthetic-services services is generated. The trace repeats if --days
+runs past its end. A window's rate is its mean: by default load is
+interpolated linearly between window middles (--load-shape step holds it
+constant within each window instead). Each service's replicas are sized to its peak window at
+--replica-capacity req/s per replica, and the cluster (--nodes 0) to hold
+them all.
+
+--jobs: CSV in the openb pod-list format (name,num_gpu,creation_time,
+deletion_time,scheduled_time, seconds); a job's run time is deletion minus
+scheduled time; rows with no GPU are skipped. Without it, a synthetic job mix
+is generated. Jobs arrive as a backlog: in trace order, whenever the queued
+jobs ask for fewer GPUs than the fleet has, so there is always more
+best-effort work than idle GPUs (the trace's own arrival times are not used;
+it is replayed from the start when it runs out). Jobs checkpoint every
+--checkpoint-interval of run time; a preempted job loses the work since its
+last checkpoint and is retried at the back of the queue.
+
+The defaults are the evaluation defaults: judge every trace with them.`,
+		Example: `  gleaner simulate --policy all
+  gleaner simulate --services servegen-services.csv --jobs openb_pod_list_default.csv --days 14 --policy all --format json --plot gpus.png`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			policies, err := simulate.ParsePolicies(policy)
+			if err != nil {
+				return err
+			}
+			var write func(io.Writer, []simulate.Result) error
+			switch format {
+			case "table":
+				write = simulate.WriteTable
+			case "json":
+				write = simulate.WriteJSON
+			case "csv":
+				write = simulate.WriteCSV
+			default:
+				return fmt.Errorf("--format %q: want table, json or csv", format)
+			}
+			switch loadShape {
+			case "linear":
+			case "step":
+				cfg.StepLoad = true
+			default:
+				return fmt.Errorf("--load-shape %q: want linear or step", loadShape)
+			}
+			if days <= 0 {
+				return fmt.Errorf("--days %d: must be positive", days)
+			}
+			cfg.Duration = time.Duration(days) * 24 * time.Hour
+			var fleet *simulate.Fleet
+			if servicesFile != "" {
+				if fleet, err = simulate.ReadServices(servicesFile); err != nil {
+					return err
+				}
+			} else {
+				if synthetic <= 0 {
+					return fmt.Errorf("--synthetic-services %d: must be positive", synthetic)
+				}
+				fleet = simulate.SyntheticFleet(synthetic, 7, 1)
+			}
+			var jobs []simulate.Job
+			if jobsFile != "" {
+				if jobs, err = simulate.ReadJobs(jobsFile); err != nil {
+					return err
+				}
+			} else {
+				jobs = simulate.SyntheticJobs(5000, 1)
+			}
+			if plotFile == "" {
+				cfg.SampleEvery = 0
+			}
+			results, err := simulate.RunAll(cfg, policies, fleet, jobs)
+			if err != nil {
+				return err
+			}
+			if err := write(cmd.OutOrStdout(), results); err != nil {
+				return err
+			}
+			if plotFile != "" {
+				f, err := os.Create(plotFile)
+				if err != nil {
+					return err
+				}
+				if err := simulate.WritePlot(f, results); err != nil {
+					f.Close()
+					return fmt.Errorf("plotting to %s: %w", plotFile, err)
+				}
+				return f.Close()
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&servicesFile, "services", "", "Per-service request-rate trace (CSV); empty for a synthetic diurnal fleet.")
+	f.StringVar(&jobsFile, "jobs", "", "Best-effort job trace (openb pod-list CSV); empty for a synthetic job mix.")
+	f.IntVar(&days, "days", 14, "Days to simulate.")
+	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast or all.")
+	f.StringVar(&format, "format", "table", "Output format: table, json or csv.")
+	f.StringVar(&plotFile, "plot", "", "Write a PNG of GPUs serving / lent / idle over time, one panel per policy.")
+	f.BoolVar(&cfg.NoTrend, "no-trend", false, "Diagnostic: leave the load trend out of the forecast (gleaner-controller always uses it).")
+	f.StringVar(&loadShape, "load-shape", "linear", "How a window's rate becomes load over time: linear (interpolated between window middles) or step (constant within the window).")
+	f.IntVar(&synthetic, "synthetic-services", 24, "Services of the synthetic fleet (without --services).")
+	f.IntVar(&cfg.Nodes, "nodes", 0, "Nodes in the cluster; 0 to size it to every service's peak window.")
+	f.Int64Var(&cfg.GPUsPerNode, "gpus-per-node", cfg.GPUsPerNode, "GPUs of each node.")
+	f.Int64Var(&cfg.GPUsPerReplica, "gpus-per-replica", cfg.GPUsPerReplica, "GPUs of each inference replica (on one node).")
+	f.Float64Var(&cfg.ReplicaCapacity, "replica-capacity", cfg.ReplicaCapacity, "Load one replica carries (req/s), also the demand model's target load.")
+	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "Scrape and planning interval: the simulation's step.")
+	f.DurationVar(&cfg.GracePeriod, "grace-period", cfg.GracePeriod, "Grace period of evicted best-effort pods.")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Run time between a job's checkpoints.")
+	f.DurationVar(&cfg.Horizon, "forecast-horizon", cfg.Horizon, "Reclaim horizon of the demand forecast.")
+	f.DurationVar(&cfg.OpenAfter, "open-after", cfg.OpenAfter, "How long GPUs must stay spare before they are lent (gleaner-controller's default).")
+	f.Float64Var(&cfg.Margin, "headroom-margin", cfg.Margin, "Safety margin on forecast load, as a fraction.")
+	f.StringVar(&cfg.NightlyWindows, "nightly-windows", cfg.NightlyWindows, "Harvest windows (UTC) of the nightly policy.")
+	f.DurationVar(&cfg.ReclaimBudget, "reclaim-budget", 0, "A replica waiting longer for GPUs is over budget; 0 for scrape interval + grace period + 5s.")
+	f.Float64Var(&cfg.PricePerGPUHour, "gpu-price", cfg.PricePerGPUHour, "Price of one GPU-hour, for savings.")
+	return cmd
+}

@@ -1,0 +1,63 @@
+package simulate
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+)
+
+// WriteJSON writes results as a JSON array, one object per policy.
+func WriteJSON(w io.Writer, results []Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(results)
+}
+
+var columns = []string{"policy", "idleGpuHours", "harvestedGpuHours", "harvestedFraction", "lostGpuHours", "preemptions", "reclaimedGpus", "reclaimedUnusedGpus",
+	"inferenceReplicaStarts", "inferenceWaitSeconds", "inferenceWaitsOverBudget", "maxInferenceWaitSeconds", "jobsStarted", "jobsCompleted", "savings"}
+
+func row(r Result, prec int) []string {
+	f := func(v float64, p int) string { return strconv.FormatFloat(v, 'f', p, 64) }
+	return []string{string(r.Policy), f(r.IdleGPUHours, prec), f(r.HarvestedGPUHours, prec), f(r.HarvestedFraction, 4), f(r.LostGPUHours, prec),
+		strconv.Itoa(r.Preemptions), strconv.FormatInt(r.ReclaimedGPUs, 10), strconv.FormatInt(r.ReclaimedUnusedGPUs, 10), strconv.Itoa(r.InferenceReplicaStarts), f(r.InferenceWaitSeconds, 0), strconv.Itoa(r.InferenceWaitsOverBudget),
+		f(r.MaxInferenceWaitSeconds, 0), strconv.Itoa(r.JobsStarted), strconv.Itoa(r.JobsCompleted), f(r.Savings, 2)}
+}
+
+// WriteCSV writes results as CSV with a header row.
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(columns); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if err := cw.Write(row(r, 3)); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteTable writes results as an aligned text table.
+func WriteTable(w io.Writer, results []Result) error {
+	if len(results) > 0 {
+		r := results[0]
+		fmt.Fprintf(w, "%g days, %d nodes, %d GPUs; reclaim budget %gs; $%g per GPU-hour\n", r.Days, r.Nodes, r.FleetGPUs, r.ReclaimBudgetSeconds, r.PricePerGPUHour)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"policy", "idle GPU-h", "harvested GPU-h", "fraction", "lost GPU-h", "preemptions", "reclaimed GPUs", "reclaimed unused", "replica starts", "wait s", "over budget", "max wait s", "jobs started", "jobs done", "savings $"}
+	line := func(cells []string) {
+		for _, c := range cells {
+			fmt.Fprint(tw, c, "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	line(head)
+	for _, r := range results {
+		line(row(r, 1))
+	}
+	return tw.Flush()
+}

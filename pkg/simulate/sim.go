@@ -1,0 +1,755 @@
+// Package simulate replays inference traffic and a best-effort job stream in
+// virtual time through the same demand model (pkg/demand), planner and gate
+// (pkg/harvest), victim choice (pkg/reclaim) and placement score
+// (harvest.PlacementScore) that gleaner-controller and gleaner-scheduler run,
+// and accounts for what Gleaner would harvest and what it would cost inference.
+//
+// # Model
+//
+// Time advances in steps of the scrape interval. In each step:
+//
+//  1. Best-effort pods whose grace period has ended leave their GPUs and are
+//     queued again (as a retried pod, at the back of the queue, resuming from
+//     their last checkpoint); jobs whose work is done leave theirs.
+//  2. Each service's load is its trace rate at that time (constant within a
+//     trace window). The autoscaler wants max(1, ceil(load / capacity))
+//     replicas at once; replicas it no longer wants go at once (pending ones
+//     first, then those on the node serving the least inference).
+//  3. Pending replicas bind to a node with GPUsPerReplica GPUs held neither by
+//     inference nor by best-effort pods (the fullest such node). A replica that
+//     finds none waits; its wait, from the step it was wanted to the step it
+//     binds, is inference wait. A waiting replica is left out of the demand
+//     model's replicas, so the round below keeps headroom for it and reclaims
+//     GPUs where the planner places that headroom. This stands in for
+//     gleaner-scheduler's ReclaimPreemption PostFilter, which evicts for a
+//     pending inference pod but runs the upstream preemption Evaluator and
+//     cannot run without the framework. (The real controller counts a pending
+//     pod as a Starting replica, which is capacity, not headroom.)
+//  4. The controller's round, as pkg/controller runs it: per service,
+//     demand.Assess of the bound replicas (each Known, carrying an equal share
+//     of the load; load beyond the capacity of a replica is waiting requests),
+//     the trend and, for the forecast policy, the hour-of-week profile learned
+//     online from that load, demand.PeakForecast over the reclaim horizon,
+//     demand.Assess again with the forecast; its Spare replicas are headroom for
+//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter, and the nightly windows)
+//     gives the verdicts. On every node that must return GPUs, the victims are
+//     reclaim.Choose over reclaim.Units of reclaim.Candidates built from
+//     *v1.Pod objects carrying the last-checkpoint annotation, after the GPUs
+//     already terminating there, exactly as the reclaimer's ReclaimNode does
+//     (every eviction succeeds). An evicted pod holds its GPUs for the grace
+//     period and loses the work since its last checkpoint (reclaim.LostWork).
+//  5. The scheduler places queued best-effort jobs in queue order on open
+//     nodes whose harvestable GPUs, minus those lent there, cover the job
+//     (GPUHarvest's Filter), on the node with the highest
+//     harvest.PlacementScore (ties: the first node). A job that fits nowhere
+//     is skipped; the jobs behind it still get their chance.
+//
+// The job stream is a backlog: jobs are submitted in trace order, with the
+// trace's GPU counts and run times, whenever the GPUs requested by queued jobs
+// fall below the fleet's GPU count, so researchers always have more work
+// queued than the fleet could ever lend; the trace is replayed from its start
+// when it runs out. Jobs checkpoint every CheckpointInterval of run time.
+package simulate
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+)
+
+// Policy is a harvesting policy to simulate.
+type Policy string
+
+// The policies.
+const (
+	// None lends nothing.
+	None Policy = "none"
+	// Nightly lends what is spare, only within NightlyWindows.
+	Nightly Policy = "nightly"
+	// Continuous lends what is spare now, keeping headroom from the trend alone.
+	Continuous Policy = "continuous"
+	// Forecast is Continuous plus each service's learned hour-of-week profile.
+	Forecast Policy = "forecast"
+)
+
+// Policies lists every policy, in report order.
+var Policies = []Policy{None, Nightly, Continuous, Forecast}
+
+// ParsePolicies reads "none", "nightly", "continuous", "forecast" or "all".
+func ParsePolicies(s string) ([]Policy, error) {
+	if s == "all" {
+		return Policies, nil
+	}
+	for _, p := range Policies {
+		if string(p) == s {
+			return []Policy{p}, nil
+		}
+	}
+	return nil, fmt.Errorf("policy %q: want none, nightly, continuous, forecast or all", s)
+}
+
+// Config is the simulated cluster and Gleaner's settings.
+type Config struct {
+	// Duration simulated.
+	Duration time.Duration
+	// Start is the virtual time of window 0 (UTC). Zero: Monday 2024-01-01 00:00 UTC.
+	Start time.Time
+	// GPUsPerNode of every node.
+	GPUsPerNode int64
+	// GPUsPerReplica of every inference replica (on one node).
+	GPUsPerReplica int64
+	// ReplicaCapacity is the load (req/s) one replica carries: the demand target.
+	ReplicaCapacity float64
+	// Nodes in the cluster; 0 sizes each service's fleet to its peak window
+	// (ceil(peak / ReplicaCapacity) replicas) and the cluster to hold them all.
+	Nodes int
+	// ScrapeInterval is the step: how often load is read and the plan made.
+	ScrapeInterval time.Duration
+	// GracePeriod of an evicted best-effort pod.
+	GracePeriod time.Duration
+	// CheckpointInterval: jobs checkpoint after every this much run time.
+	CheckpointInterval time.Duration
+	// Horizon is the reclaim horizon of the forecast.
+	Horizon time.Duration
+	// OpenAfter is the gate's delay before lending newly spare GPUs.
+	OpenAfter time.Duration
+	// Margin is the demand model's safety margin (the controller's default is 0.1).
+	Margin float64
+	// NightlyWindows are the harvest windows of the nightly policy (UTC).
+	NightlyWindows string
+	// ReclaimBudget: a replica that waits longer for GPUs counts as over budget.
+	// 0 means ScrapeInterval + GracePeriod + 5 s.
+	ReclaimBudget time.Duration
+	// PricePerGPUHour values harvested GPU-hours.
+	PricePerGPUHour float64
+	// BacklogGPUs is how many GPUs the queued jobs ask for at least; 0 means the fleet's GPUs.
+	BacklogGPUs int64
+	// NoReplay submits each job once instead of replaying the trace when it runs out.
+	NoReplay bool
+	// PackingWeight and IdleWeight weigh the placement score (the plugin's defaults are 1 and 1).
+	PackingWeight, IdleWeight int64
+	// SampleEvery is the timeline's resolution; 0 records no timeline.
+	SampleEvery time.Duration
+	// StepLoad reads each trace window's rate as constant over the window
+	// instead of interpolating between window middles.
+	StepLoad bool
+	// NoTrend leaves the trend out of the forecast (a diagnostic: the
+	// controller always uses it).
+	NoTrend bool
+}
+
+// DefaultConfig is the evaluation default: every trace is judged with it.
+func DefaultConfig() Config {
+	return Config{
+		Duration:           14 * 24 * time.Hour,
+		GPUsPerNode:        8,
+		GPUsPerReplica:     4,
+		ReplicaCapacity:    20,
+		ScrapeInterval:     30 * time.Second,
+		GracePeriod:        120 * time.Second,
+		CheckpointInterval: 30 * time.Minute,
+		Horizon:            demand.DefaultHorizon,
+		OpenAfter:          2 * time.Minute, // gleaner-controller --open-after default
+		Margin:             0.1,             // gleaner-controller --headroom-margin default
+		NightlyWindows:     "20:00-08:00",
+		PricePerGPUHour:    2.0,
+		PackingWeight:      1,
+		IdleWeight:         1,
+		SampleEvery:        10 * time.Minute,
+	}
+}
+
+func (c Config) budget() time.Duration {
+	if c.ReclaimBudget > 0 {
+		return c.ReclaimBudget
+	}
+	return c.ScrapeInterval + c.GracePeriod + 5*time.Second
+}
+
+func (c Config) start() time.Time {
+	if c.Start.IsZero() {
+		return time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC) // a Monday
+	}
+	return c.Start.UTC()
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Duration <= 0:
+		return fmt.Errorf("duration %v: must be positive", c.Duration)
+	case c.ScrapeInterval <= 0:
+		return fmt.Errorf("scrape interval %v: must be positive", c.ScrapeInterval)
+	case c.GPUsPerNode <= 0 || c.GPUsPerReplica <= 0:
+		return fmt.Errorf("GPUs per node (%d) and per replica (%d) must be positive", c.GPUsPerNode, c.GPUsPerReplica)
+	case c.GPUsPerReplica > c.GPUsPerNode:
+		return fmt.Errorf("a replica of %d GPUs fits on no node of %d GPUs", c.GPUsPerReplica, c.GPUsPerNode)
+	case c.ReplicaCapacity <= 0:
+		return fmt.Errorf("replica capacity %g: must be positive", c.ReplicaCapacity)
+	case c.GracePeriod < 0 || c.CheckpointInterval <= 0:
+		return fmt.Errorf("grace period %v must not be negative and checkpoint interval %v must be positive", c.GracePeriod, c.CheckpointInterval)
+	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.PricePerGPUHour < 0:
+		return fmt.Errorf("nodes, open-after, horizon and price must not be negative")
+	case c.PackingWeight < 0 || c.IdleWeight < 0 || c.PackingWeight+c.IdleWeight == 0:
+		return fmt.Errorf("placement weights %d, %d: not negative, at least one positive", c.PackingWeight, c.IdleWeight)
+	}
+	return nil
+}
+
+// ClusterNodes is the node count the simulation uses for fleet under c.
+func ClusterNodes(c Config, fleet *Fleet) int {
+	if c.Nodes > 0 {
+		return c.Nodes
+	}
+	perNode := c.GPUsPerNode / c.GPUsPerReplica
+	var replicas int64
+	for s := range fleet.Services {
+		replicas += max(1, int64(math.Ceil(fleet.Peak(s)/c.ReplicaCapacity-1e-9)))
+	}
+	return int((replicas + perNode - 1) / perNode)
+}
+
+// Sample is the cluster at one time of the timeline, in GPUs.
+type Sample struct {
+	Days float64 `json:"days"`
+	// Serving: held by bound inference replicas.
+	Serving int64 `json:"serving"`
+	// Needed: what the replicas inference wants need (serving plus waiting replicas).
+	Needed int64 `json:"needed"`
+	// Lent: held by best-effort pods, terminating ones included.
+	Lent int64 `json:"lent"`
+	// Idle: held by no one.
+	Idle int64 `json:"idle"`
+}
+
+// Result is one policy's outcome. GPU-hours integrate GPU counts held
+// constant over each step.
+type Result struct {
+	Policy    Policy  `json:"policy"`
+	Days      float64 `json:"days"`
+	Nodes     int     `json:"nodes"`
+	FleetGPUs int64   `json:"fleetGpus"`
+	// IdleGPUHours: fleet GPUs minus the GPUs of the replicas inference wants
+	// (max(1, ceil(load/capacity)) per service), integrated over time. It does
+	// not depend on the policy.
+	IdleGPUHours float64 `json:"idleGpuHours"`
+	// ServingGPUHours: GPUs held by bound inference replicas.
+	ServingGPUHours float64 `json:"servingGpuHours"`
+	// HarvestedGPUHours: GPUs held by best-effort pods (as gleaner-controller
+	// counts harvested GPU-seconds: terminating pods included).
+	HarvestedGPUHours float64 `json:"harvestedGpuHours"`
+	// HarvestedFraction = HarvestedGPUHours / IdleGPUHours.
+	HarvestedFraction float64 `json:"harvestedFraction"`
+	// LostGPUHours: work lost to preemption since the last checkpoint (reclaim.LostWork).
+	LostGPUHours float64 `json:"lostGpuHours"`
+	// Preemptions: best-effort pods evicted.
+	Preemptions int `json:"preemptions"`
+	// ReclaimedGPUs: GPUs of the evicted pods.
+	ReclaimedGPUs int64 `json:"reclaimedGpus"`
+	// ReclaimedUnusedGPUs: reclaimed GPUs lent again on their node before an
+	// inference replica bound there (each binding uses up to GPUsPerReplica of them).
+	ReclaimedUnusedGPUs int64 `json:"reclaimedUnusedGpus"`
+	// InferenceReplicaStarts: replicas bound after the start (the initial ones excluded).
+	InferenceReplicaStarts int `json:"inferenceReplicaStarts"`
+	// InferenceWaitSeconds: total time wanted replicas waited for GPUs.
+	InferenceWaitSeconds float64 `json:"inferenceWaitSeconds"`
+	// InferenceWaitsOverBudget: replicas that waited longer than ReclaimBudgetSeconds.
+	InferenceWaitsOverBudget int     `json:"inferenceWaitsOverBudget"`
+	MaxInferenceWaitSeconds  float64 `json:"maxInferenceWaitSeconds"`
+	ReclaimBudgetSeconds     float64 `json:"reclaimBudgetSeconds"`
+	JobsStarted              int     `json:"jobsStarted"`
+	JobsCompleted            int     `json:"jobsCompleted"`
+	// Savings = HarvestedGPUHours x PricePerGPUHour.
+	Savings         float64  `json:"savings"`
+	PricePerGPUHour float64  `json:"pricePerGpuHour"`
+	Timeline        []Sample `json:"-"`
+}
+
+type simNode struct {
+	name      string
+	alloc     int64
+	inference int64 // GPUs of bound inference replicas
+	lent      int64 // GPUs of best-effort pods, terminating included
+	reclaimed int64 // reclaimed GPUs no replica has bound to yet
+}
+
+type simService struct {
+	bound   []int           // node of each bound replica
+	pending []time.Duration // when each pending replica was wanted
+	desired int
+	trend   demand.Trend
+	profile demand.Profile
+	buf     []demand.Replica
+}
+
+type simJob struct {
+	Job
+	name  string
+	node  int           // -1: queued
+	done  time.Duration // work saved by checkpoints
+	start time.Duration // when it (re)started running
+	// evicted: terminating; freeAt is when its GPUs come back.
+	evicted bool
+	freeAt  time.Duration
+}
+
+// sim is one policy's run.
+type sim struct {
+	cfg    Config
+	policy Policy
+	fleet  *Fleet
+	jobs   []Job
+	t0     time.Time
+	nodes  []simNode
+	svcs   []simService
+	gate   harvest.Gate
+	// published harvestable GPUs per node, as the Nodes would carry them.
+	published map[string]int64
+	verdicts  []harvest.NodePlan
+	hnodes    []harvest.Node
+
+	queue       []*simJob
+	queuedGPUs  int64
+	running     []*simJob
+	nextJob     int
+	submissions int
+
+	res        Result
+	fleetGPUs  int64
+	lastSample time.Duration
+}
+
+// Run simulates one policy.
+func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	if len(fleet.Services) == 0 {
+		return Result{}, fmt.Errorf("no inference services")
+	}
+	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{}}
+	switch policy {
+	case None, Continuous, Forecast:
+	case Nightly:
+		w, err := harvest.ParseWindows(cfg.NightlyWindows, "UTC")
+		if err != nil {
+			return Result{}, err
+		}
+		s.gate.Windows = w
+	default:
+		return Result{}, fmt.Errorf("unknown policy %q", policy)
+	}
+	s.gate.OpenAfter = cfg.OpenAfter
+	n := ClusterNodes(cfg, fleet)
+	s.nodes = make([]simNode, n)
+	for i := range s.nodes {
+		s.nodes[i] = simNode{name: fmt.Sprintf("node-%04d", i), alloc: cfg.GPUsPerNode}
+	}
+	s.fleetGPUs = int64(n) * cfg.GPUsPerNode
+	s.verdicts = make([]harvest.NodePlan, n)
+	s.hnodes = make([]harvest.Node, n)
+	s.svcs = make([]simService, len(fleet.Services))
+	s.res = Result{Policy: policy, Days: cfg.Duration.Hours() / 24, Nodes: n, FleetGPUs: s.fleetGPUs,
+		ReclaimBudgetSeconds: cfg.budget().Seconds(), PricePerGPUHour: cfg.PricePerGPUHour}
+	s.run()
+	return s.res, nil
+}
+
+func (s *sim) run() {
+	cfg := s.cfg
+	dt := cfg.ScrapeInterval
+	// The initial replicas are in place before the first step.
+	for i := range s.svcs {
+		s.autoscale(i, 0)
+		sv := &s.svcs[i]
+		for range sv.pending {
+			if n := s.bindNode(); n >= 0 {
+				s.bind(i, n)
+			}
+		}
+		sv.pending = sv.pending[:0]
+	}
+	s.lastSample = -1
+	for t := time.Duration(0); t < cfg.Duration; t += dt {
+		s.release(t)
+		for i := range s.svcs {
+			s.autoscale(i, t)
+		}
+		s.bindPending(t)
+		if s.policy != None {
+			s.plan(t)
+			s.schedule(t)
+		}
+		s.account(t, min(dt, cfg.Duration-t))
+	}
+	// Replicas still waiting at the end have waited this long so far.
+	for i := range s.svcs {
+		for _, w := range s.svcs[i].pending {
+			s.wait(cfg.Duration - w)
+		}
+	}
+	r := &s.res
+	if r.IdleGPUHours > 0 {
+		r.HarvestedFraction = r.HarvestedGPUHours / r.IdleGPUHours
+	}
+	r.Savings = r.HarvestedGPUHours * cfg.PricePerGPUHour
+}
+
+// load is service i's load at t.
+func (s *sim) load(i int, t time.Duration) float64 {
+	if s.cfg.StepLoad {
+		return s.fleet.RateAt(i, t)
+	}
+	return s.fleet.LinearRateAt(i, t)
+}
+
+func (s *sim) now(t time.Duration) time.Time { return s.t0.Add(t) }
+
+// release ends grace periods and finished jobs.
+func (s *sim) release(t time.Duration) {
+	kept := s.running[:0]
+	for _, j := range s.running {
+		switch {
+		case j.evicted && j.freeAt <= t:
+			s.nodes[j.node].lent -= j.GPUs
+			j.node, j.evicted = -1, false
+			s.queue = append(s.queue, j) // retried as a new pod: the back of the queue
+			s.queuedGPUs += j.GPUs
+		case !j.evicted && j.start+j.Work-j.done <= t:
+			s.nodes[j.node].lent -= j.GPUs
+			s.res.JobsCompleted++
+		default:
+			kept = append(kept, j)
+		}
+	}
+	clear(s.running[len(kept):])
+	s.running = kept
+}
+
+// autoscale sets service i's wanted replicas from its load at t.
+func (s *sim) autoscale(i int, t time.Duration) {
+	sv := &s.svcs[i]
+	load := s.load(i, t)
+	want := max(1, int(math.Ceil(load/s.cfg.ReplicaCapacity-1e-9)))
+	sv.desired = want
+	have := len(sv.bound) + len(sv.pending)
+	for ; have < want; have++ {
+		sv.pending = append(sv.pending, t)
+	}
+	for ; have > want && len(sv.pending) > 0; have-- {
+		w := sv.pending[len(sv.pending)-1]
+		sv.pending = sv.pending[:len(sv.pending)-1]
+		s.wait(t - w) // wanted, then no longer: it waited this long
+	}
+	for ; have > want; have-- {
+		// Scale in on the node serving the least inference, so nodes empty.
+		k := 0
+		for x, n := range sv.bound {
+			if s.nodes[n].inference < s.nodes[sv.bound[k]].inference || s.nodes[n].inference == s.nodes[sv.bound[k]].inference && n > sv.bound[k] {
+				k = x
+			}
+		}
+		s.nodes[sv.bound[k]].inference -= s.cfg.GPUsPerReplica
+		sv.bound = append(sv.bound[:k], sv.bound[k+1:]...)
+	}
+}
+
+func (s *sim) wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	s.res.InferenceWaitSeconds += d.Seconds()
+	s.res.MaxInferenceWaitSeconds = max(s.res.MaxInferenceWaitSeconds, d.Seconds())
+	if d > s.cfg.budget() {
+		s.res.InferenceWaitsOverBudget++
+	}
+}
+
+// bindNode is the node a new replica binds to: GPUsPerReplica GPUs held by no
+// pod, on the fullest such node (first by name on ties); -1 if none.
+func (s *sim) bindNode() int {
+	best, bestFree := -1, int64(0)
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		free := n.alloc - n.inference - n.lent
+		if free >= s.cfg.GPUsPerReplica && (best < 0 || free < bestFree) {
+			best, bestFree = i, free
+		}
+	}
+	return best
+}
+
+func (s *sim) bind(svc, node int) {
+	n := &s.nodes[node]
+	n.inference += s.cfg.GPUsPerReplica
+	n.reclaimed -= min(n.reclaimed, s.cfg.GPUsPerReplica)
+	s.svcs[svc].bound = append(s.svcs[svc].bound, node)
+}
+
+func (s *sim) bindPending(t time.Duration) {
+	for i := range s.svcs {
+		sv := &s.svcs[i]
+		k := 0
+		for ; k < len(sv.pending); k++ {
+			n := s.bindNode()
+			if n < 0 {
+				break
+			}
+			s.bind(i, n)
+			s.res.InferenceReplicaStarts++
+			s.wait(t - sv.pending[k])
+		}
+		sv.pending = append(sv.pending[:0], sv.pending[k:]...)
+	}
+}
+
+// plan runs the controller's round: demand, plan, gate, reclaim.
+func (s *sim) plan(t time.Duration) {
+	now := s.now(t)
+	cfg := s.cfg
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
+			ReservedGPUs: n.inference, LentGPUs: n.lent, HostsInference: n.inference > 0}
+	}
+	var headroom []harvest.Headroom
+	for i := range s.svcs {
+		sv := &s.svcs[i]
+		load := s.load(i, t)
+		sv.buf = sv.buf[:0]
+		if b := len(sv.bound); b > 0 {
+			per := load / float64(b)
+			for range b {
+				sv.buf = append(sv.buf, demand.Replica{Known: true, Running: min(per, cfg.ReplicaCapacity),
+					Waiting: max(0, per-cfg.ReplicaCapacity), GPUs: cfg.GPUsPerReplica})
+			}
+		}
+		in := demand.Service{Name: s.fleet.Services[i].Name, Replicas: sv.buf, TargetLoad: cfg.ReplicaCapacity,
+			GPUsPerReplica: cfg.GPUsPerReplica, Margin: cfg.Margin}
+		now0 := demand.Assess(in)
+		if now0.Complete {
+			sv.trend.Add(demand.Sample{At: now, Load: now0.Load})
+			sv.profile.Observe(now, now0.Load)
+		}
+		var profile *demand.Profile
+		if s.policy == Forecast {
+			profile = &sv.profile
+		}
+		trend := &sv.trend
+		if cfg.NoTrend {
+			trend = nil
+		}
+		f := demand.PeakForecast(now, now0.Load, cfg.Horizon, trend, profile)
+		in.ForecastLoad = f.Peak
+		need := demand.Assess(in)
+		if need.Spare > 0 {
+			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
+		}
+	}
+	plan := s.gate.Apply(now, s.hnodes, harvest.MakePlan(s.hnodes, headroom), s.published)
+	var reclaimAny bool
+	for i, n := range s.nodes {
+		np := plan.Nodes[n.name]
+		s.verdicts[i] = np
+		s.published[n.name] = np.HarvestableGPUs
+		reclaimAny = reclaimAny || np.ReclaimGPUs > 0
+	}
+	if reclaimAny {
+		s.reclaim(t)
+	}
+}
+
+// reclaim evicts best-effort pods where the plan asks GPUs back, as
+// reclaim.Evictor.ReclaimNode chooses them.
+func (s *sim) reclaim(t time.Duration) {
+	now := s.now(t)
+	byNode := map[int][]reclaim.Candidate{}
+	jobOf := map[*v1.Pod]*simJob{}
+	for _, j := range s.running {
+		if s.verdicts[j.node].ReclaimGPUs > 0 {
+			p := s.pod(j, t)
+			jobOf[p] = j
+			byNode[j.node] = append(byNode[j.node], reclaim.NewCandidate(p, api.GPUResource, now))
+		}
+	}
+	for i := range s.nodes {
+		owed := s.verdicts[i].ReclaimGPUs
+		if owed <= 0 {
+			continue
+		}
+		cands := byNode[i]
+		for _, c := range cands {
+			if c.Pod.DeletionTimestamp != nil {
+				owed -= c.GPUs
+			}
+		}
+		// Every job is a lone pod on one node, so the node's own pods are all the units that can free GPUs there.
+		for _, u := range reclaim.Choose(reclaim.Units(cands), s.nodes[i].name, owed) {
+			for _, m := range u.Members {
+				j := jobOf[m.Pod]
+				j.done += s.lastCheckpoint(j, t) - j.start
+				j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
+				s.res.Preemptions++
+				s.res.ReclaimedGPUs += j.GPUs
+				s.nodes[i].reclaimed += j.GPUs
+				s.res.LostGPUHours += m.LostWork / 3600
+			}
+		}
+	}
+}
+
+// lastCheckpoint is when job j last checkpointed in its current run (its
+// start if it has not yet).
+func (s *sim) lastCheckpoint(j *simJob, t time.Duration) time.Duration {
+	ran := t - j.start
+	return j.start + ran/s.cfg.CheckpointInterval*s.cfg.CheckpointInterval
+}
+
+// pod is job j as the reclaimer sees it at t.
+func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
+	start := metav1.NewTime(s.now(j.start))
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: j.name},
+		Spec: v1.PodSpec{NodeName: s.nodes[j.node].name, Containers: []v1.Container{{Name: "job",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{api.GPUResource: *resource.NewQuantity(j.GPUs, resource.DecimalSI)}}}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start},
+	}
+	if ck := s.lastCheckpoint(j, t); ck > j.start {
+		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: s.now(ck).Format(time.RFC3339)}
+	}
+	if j.evicted {
+		del := metav1.NewTime(s.now(j.freeAt - s.cfg.GracePeriod))
+		p.DeletionTimestamp = &del
+	}
+	return p
+}
+
+// refill submits jobs until the queue asks for at least the backlog's GPUs.
+func (s *sim) refill() {
+	target := s.cfg.BacklogGPUs
+	if target <= 0 {
+		target = s.fleetGPUs
+	}
+	for s.queuedGPUs < target && len(s.jobs) > 0 {
+		if s.nextJob == len(s.jobs) {
+			if s.cfg.NoReplay {
+				return
+			}
+			s.nextJob = 0
+		}
+		job := s.jobs[s.nextJob]
+		name := job.Name
+		if round := s.submissions / len(s.jobs); round > 0 {
+			name = fmt.Sprintf("%s-r%d", job.Name, round)
+		}
+		s.nextJob++
+		s.submissions++
+		if job.GPUs > s.cfg.GPUsPerNode {
+			continue // fits on no node
+		}
+		s.queue = append(s.queue, &simJob{Job: job, name: name, node: -1})
+		s.queuedGPUs += job.GPUs
+	}
+}
+
+// schedule places queued jobs as gleaner-scheduler would.
+func (s *sim) schedule(t time.Duration) {
+	s.refill()
+	minFail := int64(math.MaxInt64)
+	placed := false
+	for qi, j := range s.queue {
+		if j.GPUs >= minFail {
+			continue
+		}
+		best, bestScore := -1, int64(-1)
+		for i := range s.nodes {
+			n, v := &s.nodes[i], s.verdicts[i]
+			if v.State != api.HarvestOpen || n.lent+j.GPUs > v.HarvestableGPUs || n.alloc-n.inference-n.lent < j.GPUs {
+				continue
+			}
+			score := harvest.PlacementScore(harvest.PlacementNode{HarvestableGPUs: v.HarvestableGPUs, LentGPUs: n.lent,
+				AllocatableGPUs: n.alloc, ServingGPUs: n.inference}, j.GPUs, s.cfg.PackingWeight, s.cfg.IdleWeight, 100)
+			if score > bestScore {
+				best, bestScore = i, score
+			}
+		}
+		if best < 0 {
+			minFail = j.GPUs
+			if minFail <= 1 {
+				break
+			}
+			continue
+		}
+		j.node, j.start = best, t
+		n := &s.nodes[best]
+		n.lent += j.GPUs
+		unused := min(n.reclaimed, j.GPUs)
+		n.reclaimed -= unused
+		s.res.ReclaimedUnusedGPUs += unused
+		s.queuedGPUs -= j.GPUs
+		s.running = append(s.running, j)
+		s.queue[qi] = nil
+		s.res.JobsStarted++
+		placed = true
+	}
+	if placed {
+		kept := s.queue[:0]
+		for _, j := range s.queue {
+			if j != nil {
+				kept = append(kept, j)
+			}
+		}
+		clear(s.queue[len(kept):])
+		s.queue = kept
+	}
+}
+
+func (s *sim) account(t, dt time.Duration) {
+	var serving, lent, needed int64
+	for i := range s.nodes {
+		serving += s.nodes[i].inference
+		lent += s.nodes[i].lent
+	}
+	for i := range s.svcs {
+		needed += int64(s.svcs[i].desired) * s.cfg.GPUsPerReplica
+	}
+	h := dt.Hours()
+	s.res.IdleGPUHours += float64(max(0, s.fleetGPUs-needed)) * h
+	s.res.ServingGPUHours += float64(serving) * h
+	s.res.HarvestedGPUHours += float64(lent) * h
+	if s.cfg.SampleEvery > 0 && (s.lastSample < 0 || t-s.lastSample >= s.cfg.SampleEvery) {
+		s.lastSample = t
+		s.res.Timeline = append(s.res.Timeline, Sample{Days: t.Hours() / 24, Serving: serving, Needed: needed, Lent: lent,
+			Idle: max(0, s.fleetGPUs-serving-lent)})
+	}
+}
+
+// RunAll simulates each policy, concurrently, in the order given.
+func RunAll(cfg Config, policies []Policy, fleet *Fleet, jobs []Job) ([]Result, error) {
+	results := make([]Result, len(policies))
+	errs := make([]error, len(policies))
+	done := make(chan int, len(policies))
+	for i, p := range policies {
+		go func() {
+			results[i], errs[i] = Run(cfg, p, fleet, jobs)
+			done <- i
+		}()
+	}
+	for range policies {
+		<-done
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}

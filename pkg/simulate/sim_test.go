@@ -1,0 +1,205 @@
+package simulate
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// small is a one-node cluster (8 GPUs) serving one service with 4-GPU
+// replicas of 20 req/s, its trace in one-hour windows, read as steps.
+func small(rates ...float64) (Config, *Fleet) {
+	cfg := DefaultConfig()
+	cfg.Duration = time.Duration(len(rates)) * time.Hour
+	cfg.StepLoad = true
+	cfg.NoReplay = true
+	cfg.SampleEvery = 0
+	return cfg, &Fleet{Window: time.Hour, Services: []ServiceTrace{{Name: "svc", Rates: rates}}}
+}
+
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestAccounting pins the definitions against scenarios computed by hand.
+func TestAccounting(t *testing.T) {
+	type want struct {
+		idle, harvested, fraction, lost, serving float64
+		preemptions, starts, overBudget          int
+		wait                                     float64
+		started, completed                       int
+		reclaimed, unused                        int64
+	}
+	tests := []struct {
+		name   string
+		policy Policy
+		rates  []float64
+		jobs   []Job
+		tweak  func(*Config)
+		window time.Duration // of the trace; 0 means an hour
+		want   want
+	}{{
+		// Load 10 req/s needs 1 replica (4 GPUs) of the 8: idle = 4 GPUs x 2 h = 8 GPU-h.
+		// Headroom: ceil(1.1 x 10 / 20) = 1 replica = the one running, so 4 GPUs are
+		// harvestable; the gate (open-after 2 m, nothing published before) opens at
+		// t = 120 s. The job (4 GPUs, 1 h) runs 120 s..3720 s: harvested 4 GPU-h,
+		// fraction 4/8 = 0.5; it completes. Serving 4 GPUs x 2 h = 8 GPU-h.
+		name: "continuous lends the spare replica's GPUs after open-after", policy: Continuous,
+		rates: []float64{10, 10}, jobs: []Job{{Name: "a", GPUs: 4, Work: time.Hour}},
+		want: want{idle: 8, harvested: 4, fraction: 0.5, serving: 8, started: 1, completed: 1},
+	}, {
+		// No lending: idle as above, nothing harvested.
+		name: "none", policy: None,
+		rates: []float64{10, 10}, jobs: []Job{{Name: "a", GPUs: 4, Work: time.Hour}},
+		want: want{idle: 8, serving: 8},
+	}, {
+		// Starting at 18:00, the 20:00-08:00 window opens at t = 2 h; the gate
+		// opens 120 s later, so the job runs 7320..10920 s: harvested 4 GPU-h of
+		// idle 4 GPUs x 4 h = 16 GPU-h, fraction 0.25.
+		name: "nightly waits for the window", policy: Nightly,
+		rates: []float64{10, 10, 10, 10}, jobs: []Job{{Name: "a", GPUs: 4, Work: time.Hour}},
+		tweak: func(c *Config) { c.Start = time.Date(2024, 1, 1, 18, 0, 0, 0, time.UTC) },
+		want:  want{idle: 16, harvested: 4, fraction: 0.25, serving: 16, started: 1, completed: 1},
+	}, {
+		// Hour 0: 10 req/s, 1 replica; the job (4 GPUs, 3 h of work) starts at 120 s.
+		// Hour 1: 30 req/s wants 2 replicas; the second finds no free GPU at 3600 s.
+		// The plan keeps one replica of headroom on the node, so its 4 lent GPUs must
+		// come back: the job is evicted at 3600 s, having checkpointed at 120 + 1800 =
+		// 1920 s: lost 4 x (3600 - 1920) = 6720 GPU-s = 1.8667 GPU-h. Its GPUs return
+		// at 3600 + 120 = 3720 s and the replica binds then: one wait of 120 s, within
+		// the 155 s budget. Harvested 4 x (3720 - 120) = 14400 GPU-s = 4 GPU-h; idle
+		// 4 GPUs x 1 h + 0 = 4 GPU-h; fraction 1. Serving 4 x 3720 + 8 x 3480 = 42720
+		// GPU-s = 11.8667 GPU-h. The job, queued again, never fits.
+		name: "scale-up reclaims and waits out the grace period", policy: Continuous,
+		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
+			preemptions: 1, starts: 1, wait: 120, started: 1, reclaimed: 4},
+	}, {
+		// The same with a 100 s budget: the 120 s wait is over it.
+		name: "a wait over the budget counts", policy: Continuous,
+		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		tweak: func(c *Config) { c.ReclaimBudget = 100 * time.Second },
+		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
+			preemptions: 1, starts: 1, wait: 120, overBudget: 1, started: 1, reclaimed: 4},
+	}, {
+		// Two 2-GPU jobs: packing puts both on the one node (4 harvestable GPUs).
+		// At 3600 s the node must return 4 GPUs, so both go. Job a started at 120 s
+		// (checkpoint at 1920 s: loses 2 x 1680 = 3360 GPU-s), job b too: 6720 GPU-s
+		// in all, as one 4-GPU job would. Harvested: 4 GPUs from 120 s to 3720 s.
+		name: "every pod on the node is reclaimed", policy: Continuous,
+		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 2, Work: 3 * time.Hour}, {Name: "b", GPUs: 2, Work: 3 * time.Hour}},
+		want: want{idle: 4, harvested: 4, fraction: 1, lost: 6720.0 / 3600, serving: 42720.0 / 3600,
+			preemptions: 2, starts: 1, wait: 120, started: 2, reclaimed: 4},
+	}, {
+		// The checkpoint interval decides the loss: with checkpoints every 10 min
+		// the job last checkpointed at 120 + 5 x 600 = 3120 s: 4 x 480 = 1920 GPU-s.
+		name: "frequent checkpoints lose less", policy: Continuous,
+		rates: []float64{10, 30}, jobs: []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		tweak: func(c *Config) { c.CheckpointInterval = 10 * time.Minute },
+		want: want{idle: 4, harvested: 4, fraction: 1, lost: 1920.0 / 3600, serving: 42720.0 / 3600,
+			preemptions: 1, starts: 1, wait: 120, started: 1, reclaimed: 4},
+	}, {
+		// One-minute windows: 10 req/s for an hour, 30 for the minute from 3600 s,
+		// then 10 again; no trend, so only the load speaks. At 3600 s the second
+		// replica finds no GPU and the job is evicted as above (lost 6720 GPU-s).
+		// At 3660 s the replica is no longer wanted: it waited 60 s and never binds.
+		// The gate saw 0 harvestable at 3600 and 3630 s, so it lends again once the
+		// last of those is 120 s old: at 3780 s (GPUs back at 3720 s). The 4
+		// reclaimed GPUs are lent again unused. The job resumes at 3780 s from its
+		// checkpoint and runs to the end. Harvested 4 x ((3720 - 120) + (7200 - 3780))
+		// = 28080 GPU-s = 7.8 GPU-h; idle 4 x (7200 - 60) = 28560 GPU-s = 7.9333 GPU-h;
+		// serving 4 x 7200 = 8 GPU-h; fraction 28080/28560.
+		name: "a reclaim the load no longer needs is lent again", policy: Continuous,
+		window: time.Minute,
+		rates:  append(append(repeat(10, 60), 30), repeat(10, 59)...),
+		jobs:   []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		tweak:  func(c *Config) { c.NoTrend = true },
+		want: want{idle: 28560.0 / 3600, harvested: 28080.0 / 3600, fraction: 28080.0 / 28560, lost: 6720.0 / 3600, serving: 8,
+			preemptions: 1, wait: 60, started: 2, reclaimed: 4, unused: 4},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, fleet := small(tt.rates...)
+			if tt.window > 0 {
+				fleet.Window = tt.window
+				cfg.Duration = time.Duration(len(tt.rates)) * tt.window
+			}
+			if tt.tweak != nil {
+				tt.tweak(&cfg)
+			}
+			r, err := Run(cfg, tt.policy, fleet, tt.jobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{r.IdleGPUHours, r.HarvestedGPUHours, r.HarvestedFraction, r.LostGPUHours, r.ServingGPUHours,
+				r.Preemptions, r.InferenceReplicaStarts, r.InferenceWaitsOverBudget, r.InferenceWaitSeconds, r.JobsStarted, r.JobsCompleted,
+				r.ReclaimedGPUs, r.ReclaimedUnusedGPUs}
+			w := tt.want
+			if !near(got.idle, w.idle) || !near(got.harvested, w.harvested) || !near(got.fraction, w.fraction) || !near(got.lost, w.lost) ||
+				!near(got.serving, w.serving) || !near(got.wait, w.wait) || got.preemptions != w.preemptions || got.starts != w.starts ||
+				got.overBudget != w.overBudget || got.started != w.started || got.completed != w.completed ||
+				got.reclaimed != w.reclaimed || got.unused != w.unused {
+				t.Fatalf("got  %+v\nwant %+v", got, w)
+			}
+			if r.Nodes != 1 || r.FleetGPUs != 8 {
+				t.Fatalf("cluster %d nodes, %d GPUs; want 1 node of 8", r.Nodes, r.FleetGPUs)
+			}
+			if !near(r.Savings, r.HarvestedGPUHours*cfg.PricePerGPUHour) {
+				t.Fatalf("savings %g, want %g", r.Savings, r.HarvestedGPUHours*cfg.PricePerGPUHour)
+			}
+		})
+	}
+}
+
+// TestForecastReclaimsAhead: a service that needs a second replica from 12:00
+// to 13:00 every day. Continuous reclaims only when the replica is wanted and
+// it waits the grace period (120 s) every day: 14 x 120 = 1680 s. Forecast
+// learns the hour in week 1 (waiting like continuous: 7 x 120 s) and in week 2
+// reclaims from 11:45 (the 15-minute horizon touches hour 12), so the replica
+// binds at once: 840 s. Idle GPU-hours do not depend on the policy.
+func TestForecastReclaimsAhead(t *testing.T) {
+	rates := make([]float64, 14*24)
+	for i := range rates {
+		rates[i] = 10
+		if i%24 == 12 {
+			rates[i] = 30
+		}
+	}
+	jobs := []Job{{Name: "long", GPUs: 4, Work: 1000 * time.Hour}}
+	cfg, fleet := small(rates...)
+	cfg.NoReplay = false
+	waits := map[Policy]float64{Continuous: 1680, Forecast: 840}
+	var idle []float64
+	for _, p := range []Policy{Continuous, Forecast} {
+		r, err := Run(cfg, p, fleet, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.InferenceWaitSeconds != waits[p] || r.InferenceWaitsOverBudget != 0 || r.InferenceReplicaStarts != 14 {
+			t.Errorf("%s: waited %g s over %d starts (%d over budget), want %g s over 14, 0 over budget",
+				p, r.InferenceWaitSeconds, r.InferenceReplicaStarts, r.InferenceWaitsOverBudget, waits[p])
+		}
+		idle = append(idle, r.IdleGPUHours)
+	}
+	// Idle: 4 GPUs for the 23 quiet hours of each of 14 days.
+	if idle[0] != idle[1] || !near(idle[0], 4*23*14) {
+		t.Errorf("idle GPU-hours %v, want %d for both", idle, 4*23*14)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cfg, fleet := small(10)
+	cfg.GPUsPerReplica = 16
+	if _, err := Run(cfg, Continuous, fleet, nil); err == nil {
+		t.Fatal("a replica larger than a node was accepted")
+	}
+	if _, err := ParsePolicies("sometimes"); err == nil {
+		t.Fatal("an unknown policy was accepted")
+	}
+}
