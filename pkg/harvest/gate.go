@@ -255,6 +255,38 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 	return out
 }
 
+// JustInTime defers the evictions that only the forecast asks for. gated is
+// Apply's result for the plan made with headroom for the forecast horizon; soon
+// is MakePlan of the same nodes with the headroom inference needs within the
+// reclaim lead, the time an eviction takes to free GPUs (the grace period and a
+// planning round or two). A node whose lent GPUs exceed its harvestable ones
+// stays draining, so nothing more is lent there from the round the horizon's
+// forecast needs its GPUs, but it evicts only what soon needs back:
+//
+//	reclaim(node) = min(lent - harvestable, max(0, lent - soonHarvestable))
+//
+// Headroom the forecast asks for and then no longer wants (load rose for a few
+// minutes and fell back) thus costs no job any work. Outside the harvest windows
+// every lent GPU goes at once, as Apply decided; a node missing from soon evicts
+// what gated says.
+func (g *Gate) JustInTime(now time.Time, gated, soon Plan) Plan {
+	if !g.Windows.Open(now) {
+		return gated
+	}
+	out := Plan{Nodes: make(map[string]NodePlan, len(gated.Nodes)), Unplaced: gated.Unplaced}
+	for name, np := range gated.Nodes {
+		if np.ReclaimGPUs > 0 {
+			s, ok := soon.Nodes[name]
+			if ok {
+				lent := np.HarvestableGPUs + np.ReclaimGPUs
+				np.ReclaimGPUs = min(np.ReclaimGPUs, max(0, lent-s.HarvestableGPUs))
+			}
+		}
+		out.Nodes[name] = np
+	}
+	return out
+}
+
 // effective is the least the plan offered the node over its open-after.
 func (g *Gate) effective(st *gateNode, now time.Time, planned int64) int64 {
 	from := now.Add(-g.openAfter(st.drains))

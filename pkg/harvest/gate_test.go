@@ -301,3 +301,53 @@ func TestGateFlapDamping(t *testing.T) {
 		})
 	}
 }
+
+func TestGateJustInTime(t *testing.T) {
+	np := func(harvestable, reclaim int64) NodePlan {
+		state := api.HarvestOpen
+		switch {
+		case reclaim > 0:
+			state = api.HarvestDraining
+		case harvestable == 0:
+			state = api.HarvestClosed
+		}
+		return NodePlan{Verdict: Verdict{State: state, HarvestableGPUs: harvestable}, ReclaimGPUs: reclaim}
+	}
+	gated := Plan{Nodes: map[string]NodePlan{
+		"forecast-only": np(4, 4), // lent 8; soon needs none of them
+		"partly":        np(0, 8), // lent 8; soon needs 4 of them
+		"needed now":    np(0, 8), // lent 8; soon needs all
+		"unknown":       np(4, 4), // missing from soon
+		"open":          np(8, 0), // lent 4; soon would place headroom here: still no eviction
+	}}
+	soon := Plan{Nodes: map[string]NodePlan{
+		"forecast-only": np(8, 0),
+		"partly":        np(4, 4),
+		"needed now":    np(0, 8),
+		"open":          np(0, 4),
+	}}
+	// reclaim = min(lent - harvestable, max(0, lent - soonHarvestable))
+	want := map[string]int64{"forecast-only": 0, "partly": 4, "needed now": 8, "unknown": 4, "open": 0}
+	g := &Gate{}
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	got := g.JustInTime(now, gated, soon)
+	for name, w := range want {
+		n := got.Nodes[name]
+		if n.ReclaimGPUs != w {
+			t.Errorf("%s: reclaim %d, want %d", name, n.ReclaimGPUs, w)
+		}
+		if n.Verdict != gated.Nodes[name].Verdict {
+			t.Errorf("%s: verdict %+v changed, want %+v: the node stops lending all the same", name, n.Verdict, gated.Nodes[name].Verdict)
+		}
+	}
+	// Outside the harvest windows everything lent goes at once.
+	night, err := ParseWindows("20:00-08:00", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = &Gate{Windows: night}
+	got = g.JustInTime(now, gated, soon)
+	if r := got.Nodes["forecast-only"].ReclaimGPUs; r != 4 {
+		t.Errorf("outside the windows: forecast-only reclaims %d, want 4", r)
+	}
+}
