@@ -434,11 +434,13 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, plan harve
 		harvestable += np.HarvestableGPUs
 		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs)
 		states[np.State]++
+		// Reclaim latency runs while the node owes GPUs back: a node that only
+		// stopped lending (JustInTime defers its evictions) costs inference nothing yet.
 		since, draining := c.drainingSince[n.Name]
 		switch {
-		case np.State == api.HarvestDraining && !draining:
+		case np.ReclaimGPUs > 0 && !draining:
 			c.drainingSince[n.Name] = now
-		case np.State != api.HarvestDraining && draining:
+		case np.ReclaimGPUs == 0 && draining:
 			reclaimLatency.Observe(now.Sub(since).Seconds())
 			delete(c.drainingSince, n.Name)
 		}
