@@ -31,8 +31,11 @@
 //     the trend and, for the forecast policy, the hour-of-week profile learned
 //     online from that load, demand.PeakForecast over the reclaim horizon,
 //     demand.Assess again with the forecast; its Spare replicas are headroom for
-//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter, and the nightly windows)
-//     gives the verdicts. On every node that must return GPUs, the victims are
+//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter with flap damping, and
+//     the nightly windows) gives the verdicts. With a ReclaimLead shorter than
+//     the horizon, the same forecast over the lead gives a second headroom and
+//     plan, and harvest.Gate.JustInTime limits the GPUs each node must return
+//     now to what that plan needs. On every node that must return GPUs, the victims are
 //     reclaim.Choose over reclaim.Units of reclaim.Candidates built from
 //     *v1.Pod objects carrying the last-checkpoint annotation, after the GPUs
 //     already terminating there, exactly as the reclaimer's ReclaimNode does
