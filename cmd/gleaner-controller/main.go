@@ -59,6 +59,8 @@ func run() error {
 	fs.DurationVar(&cfg.Horizon, "forecast-horizon", demand.DefaultHorizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
 	fs.Float64Var(&cfg.Margin, "headroom-margin", 0.1, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
 	fs.DurationVar(&cfg.OpenAfter, "open-after", 2*time.Minute, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
+	fs.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", harvest.DefaultBackoffLimit, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
+	fs.DurationVar(&cfg.ReclaimLead, "reclaim-lead", demand.DefaultReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
 	fs.StringVar(&windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	fs.StringVar(&windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	fs.BoolVar(&cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
@@ -112,6 +114,12 @@ func run() error {
 	}
 	if cfg.OpenAfter < 0 {
 		return fmt.Errorf("--open-after %v: must not be negative", cfg.OpenAfter)
+	}
+	if cfg.OpenAfterBackoff < 1 {
+		return fmt.Errorf("--open-after-backoff %d: must be at least 1 (1 switches damping off)", cfg.OpenAfterBackoff)
+	}
+	if cfg.ReclaimLead <= 0 {
+		return fmt.Errorf("--reclaim-lead %v: must be positive", cfg.ReclaimLead)
 	}
 	cfg.BestEffortPriorityThreshold = &threshold
 	cfg.GPUResource = v1.ResourceName(gpuResource)

@@ -63,6 +63,16 @@ type Config struct {
 	// OpenAfter is how long a node's capacity must stay spare before it is lent
 	// (draining is never delayed). Zero lends at once.
 	OpenAfter time.Duration
+	// OpenAfterBackoff damps flapping nodes (harvest.Gate.BackoffLimit): each
+	// time a node must take lent GPUs back, its open-after doubles, up to this
+	// multiple of OpenAfter, and relaxes once the node stays undrained. Zero
+	// means the default harvest.DefaultBackoffLimit; 1 switches damping off.
+	OpenAfterBackoff int
+	// ReclaimLead is how far ahead demand must need lent GPUs before they are
+	// evicted (harvest.Gate.JustInTime); a node stops lending as soon as the
+	// forecast over Horizon needs its GPUs. Zero means the default
+	// demand.DefaultReclaimLead; a lead of at least Horizon evicts at the horizon.
+	ReclaimLead time.Duration
 	// Windows restrict lending to times of day. Default: continuous.
 	Windows harvest.Windows
 	// Autoscale tunes the autoscaler of Deployments annotated gleaner.dev/autoscale: "true".
@@ -106,6 +116,12 @@ func (c *Config) defaults() {
 	}
 	if c.Horizon <= 0 {
 		c.Horizon = demand.DefaultHorizon
+	}
+	if c.OpenAfterBackoff <= 0 {
+		c.OpenAfterBackoff = harvest.DefaultBackoffLimit
+	}
+	if c.ReclaimLead <= 0 {
+		c.ReclaimLead = demand.DefaultReclaimLead
 	}
 	if c.ProfileWriteInterval <= 0 {
 		c.ProfileWriteInterval = 5 * time.Minute
@@ -175,7 +191,7 @@ func New(client kubernetes.Interface, cfg Config) *Controller {
 
 		drainingSince: map[string]time.Time{},
 		services:      map[string]*service{},
-		gate:          harvest.Gate{OpenAfter: cfg.OpenAfter, Windows: cfg.Windows},
+		gate:          harvest.Gate{OpenAfter: cfg.OpenAfter, BackoffLimit: cfg.OpenAfterBackoff, Windows: cfg.Windows},
 	}
 }
 
@@ -291,6 +307,15 @@ func (c *Controller) sync(ctx context.Context) error {
 		}
 	}
 	plan := c.gate.Apply(now, planned, harvest.MakePlan(planned, headroom), published)
+	if c.cfg.ReclaimLead < c.cfg.Horizon {
+		var soon []harvest.Headroom
+		for _, r := range rounds {
+			if r.soon.Spare > 0 {
+				soon = append(soon, harvest.Headroom{Service: r.soon.Service, GPUsPerReplica: r.soon.GPUsPerReplica, Replicas: r.soon.Spare})
+			}
+		}
+		plan = c.gate.JustInTime(now, plan, harvest.MakePlan(planned, soon))
+	}
 	for _, u := range plan.Unplaced {
 		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
 	}
@@ -409,11 +434,13 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, plan harve
 		harvestable += np.HarvestableGPUs
 		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs)
 		states[np.State]++
+		// Reclaim latency runs while the node owes GPUs back: a node that only
+		// stopped lending (JustInTime defers its evictions) costs inference nothing yet.
 		since, draining := c.drainingSince[n.Name]
 		switch {
-		case np.State == api.HarvestDraining && !draining:
+		case np.ReclaimGPUs > 0 && !draining:
 			c.drainingSince[n.Name] = now
-		case np.State != api.HarvestDraining && draining:
+		case np.ReclaimGPUs == 0 && draining:
 			reclaimLatency.Observe(now.Sub(since).Seconds())
 			delete(c.drainingSince, n.Name)
 		}

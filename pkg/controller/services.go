@@ -46,9 +46,11 @@ type service struct {
 
 // serviceRound is one service's demand in one planning round.
 type serviceRound struct {
-	svc      *service
-	input    demand.Service
-	need     demand.Need
+	svc   *service
+	input demand.Service
+	need  demand.Need
+	// soon is need over the reclaim lead: what must be evicted for now.
+	soon     demand.Need
 	forecast demand.Forecast
 }
 
@@ -153,8 +155,14 @@ func (c *Controller) assessServices(ctx context.Context, now time.Time, largestN
 		f := demand.PeakForecast(now, now0.Load, c.cfg.Horizon, &svc.trend, &svc.profile)
 		in.ForecastLoad = f.Peak
 		need := demand.Assess(in)
+		soon := need
+		if c.cfg.ReclaimLead < c.cfg.Horizon {
+			lead := in
+			lead.ForecastLoad = demand.PeakForecast(now, now0.Load, c.cfg.ReclaimLead, &svc.trend, &svc.profile).Peak
+			soon = demand.Assess(lead)
+		}
 		forecastPeakLoad.WithLabelValues(ns, name).Set(f.Peak)
-		rounds = append(rounds, serviceRound{svc: svc, input: in, need: need, forecast: f})
+		rounds = append(rounds, serviceRound{svc: svc, input: in, need: need, soon: soon, forecast: f})
 	}
 	for key := range c.services {
 		if _, ok := replicas[key]; !ok {

@@ -8,6 +8,12 @@ import (
 // lent GPUs back and start a replica on them.
 const DefaultHorizon = 15 * time.Minute
 
+// DefaultReclaimLead is how far ahead demand must need lent GPUs before they
+// are evicted: a best-effort pod's grace period (commonly up to 2 minutes) and a
+// planning round or two, with room to spare. Within the longer horizon a node
+// only stops lending more.
+const DefaultReclaimLead = 5 * time.Minute
+
 // DefaultTrendWindow is how much recent history the trend is fitted to.
 const DefaultTrendWindow = 5 * time.Minute
 

@@ -102,21 +102,63 @@ func (w Windows) String() string {
 	return strings.Join(parts, ",") + " " + w.Location.String()
 }
 
+// DefaultBackoffLimit is gleaner-controller's cap on flap damping: a node that
+// keeps draining waits at most 16 times OpenAfter before it opens again.
+const DefaultBackoffLimit = 16
+
 // Gate turns each round's plan into the verdicts to publish: outside the
 // harvest windows nothing is lent, and a node's harvestable GPUs rise only after
-// the plan has offered at least that many for OpenAfter, while they fall at
-// once:
+// the plan has offered at least that many for the node's open-after, while they
+// fall at once:
 //
-//	effective(node, now) = min over [now - OpenAfter, now] of planned(node)
+//	effective(node, now) = min over [now - openAfter(node), now] of planned(node)
 //
-// so a node opens only once its capacity has been spare for OpenAfter, and
-// starts draining in the same round headroom needs it. A Gate keeps a short
-// history per node; it is pure state, driven by the caller's clock.
+// so a node opens only once its capacity has been spare for its open-after, and
+// starts draining in the same round headroom needs it.
+//
+// Flap damping: a node that has just had to drain, that is whose harvestable
+// GPUs fell below the GPUs lent there so that it has to take them back, waits
+// longer before it opens again, the way CrashLoopBackOff damps a crashing container.
+// Each drain doubles the node's open-after, up to BackoffLimit times OpenAfter:
+//
+//	openAfter(node) = min(OpenAfter * 2^drains(node), OpenAfter * BackoffLimit)
+//
+// and every time the node goes RelaxAfter times its current open-after without
+// another drain, one doubling is forgotten (drains(node) decreases by one). A
+// node whose spare GPUs are lent and left alone (the night) keeps the short
+// OpenAfter; one that lends GPUs only to take them back minutes later (inference
+// scaling in and out around it) soon lends them only after a longer quiet spell,
+// which is what saves the evicted jobs' work. BackoffLimit 0 or 1 switches the
+// damping off.
+//
+// A Gate keeps a short history per node; it is pure state, driven by the
+// caller's clock. A restart forgets it: every node then starts without drains,
+// except that one found draining (lending more than it publishes) counts one
+// drain just now.
 type Gate struct {
 	OpenAfter time.Duration
-	Windows   Windows
+	// BackoffLimit caps a node's open-after at this multiple of OpenAfter
+	// (rounded down to a power of two); 0 or 1 means no flap damping.
+	BackoffLimit int
+	// RelaxAfter: a node forgets one doubling of its open-after each time it goes
+	// this many times its current open-after without a drain. 0 means 2.
+	RelaxAfter int
+	Windows    Windows
 
-	history map[string][]sample
+	nodes map[string]*gateNode
+}
+
+// gateNode is what the gate remembers of one node.
+type gateNode struct {
+	// history holds the planned harvestable GPUs whenever they changed, over
+	// the longest open-after, plus the last sample before it.
+	history []sample
+	// effective is what the gate gave the node in its last round.
+	effective int64
+	// drains is how many times its open-after is doubled now.
+	drains int
+	// since is when the node last drained or forgot a doubling.
+	since time.Time
 }
 
 type sample struct {
@@ -124,15 +166,39 @@ type sample struct {
 	gpus int64
 }
 
+// maxDoublings is how often OpenAfter may double under BackoffLimit.
+func (g *Gate) maxDoublings() int {
+	d := 0
+	for g.BackoffLimit>>(d+1) > 0 {
+		d++
+	}
+	return d
+}
+
+// openAfter is the open-after of a node whose open-after has doubled this often.
+func (g *Gate) openAfter(doublings int) time.Duration {
+	return g.OpenAfter << doublings
+}
+
+func (g *Gate) relaxAfter(doublings int) time.Duration {
+	k := g.RelaxAfter
+	if k <= 0 {
+		k = 2
+	}
+	return time.Duration(k) * g.openAfter(doublings)
+}
+
 // Apply gates plan at time now. published is the harvestable GPU count each
 // node carries now (0 if none): a node the gate has no history for (a new node,
 // or every node after a restart) is taken to have offered only that much so far,
 // so a restart never opens more than was open before it.
 func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[string]int64) Plan {
-	if g.history == nil {
-		g.history = map[string][]sample{}
+	if g.nodes == nil {
+		g.nodes = map[string]*gateNode{}
 	}
 	open := g.Windows.Open(now)
+	maxDoublings := g.maxDoublings()
+	keep := g.openAfter(maxDoublings)
 	out := Plan{Nodes: make(map[string]NodePlan, len(plan.Nodes)), Unplaced: plan.Unplaced}
 	seen := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
@@ -140,7 +206,7 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 		np := plan.Nodes[n.Name]
 		if !n.InPool || !n.Schedulable || n.AllocatableGPUs-n.ReservedGPUs < 0 {
 			// Closed for reasons of its own: when it comes back it waits OpenAfter again.
-			delete(g.history, n.Name)
+			delete(g.nodes, n.Name)
 			out.Nodes[n.Name] = np
 			continue
 		}
@@ -148,31 +214,90 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 		if !open {
 			planned = 0
 		}
-		h, ok := g.history[n.Name]
+		st, ok := g.nodes[n.Name]
 		if !ok {
-			h = []sample{{at: now, gpus: min(published[n.Name], planned)}}
+			pub := published[n.Name]
+			st = &gateNode{history: []sample{{at: now, gpus: min(pub, planned)}}, effective: pub, since: now}
+			if n.LentGPUs > pub && maxDoublings > 0 {
+				st.drains = 1 // draining when we came: it has just drained
+			}
+			g.nodes[n.Name] = st
 		}
-		h = append(h, sample{at: now, gpus: planned})
-		// Keep the samples inside the window and the last one before it, which
-		// was still in effect when the window began.
+		if last := st.history[len(st.history)-1]; last.gpus != planned {
+			st.history = append(st.history, sample{at: now, gpus: planned})
+		}
+		// Keep the samples inside the longest window and the last one before
+		// it, which was still in effect when the window began.
 		cut := 0
-		for cut+1 < len(h) && !h[cut+1].at.After(now.Add(-g.OpenAfter)) {
+		for cut+1 < len(st.history) && !st.history[cut+1].at.After(now.Add(-keep)) {
 			cut++
 		}
-		h = h[cut:]
-		g.history[n.Name] = h
-		effective := planned
-		for _, s := range h {
-			effective = min(effective, s.gpus)
+		st.history = st.history[cut:]
+
+		for st.drains > 0 && !now.Before(st.since.Add(g.relaxAfter(st.drains))) {
+			st.since = st.since.Add(g.relaxAfter(st.drains))
+			st.drains--
 		}
+		effective := g.effective(st, now, planned)
+		if effective < st.effective && n.LentGPUs > effective && maxDoublings > 0 {
+			// A drain: the node takes lent GPUs back.
+			st.drains = min(st.drains+1, maxDoublings)
+			st.since = now
+		}
+		st.effective = effective
 		out.Nodes[n.Name] = withHarvestable(np, n.LentGPUs, effective)
 	}
-	for name := range g.history {
+	for name := range g.nodes {
 		if !seen[name] {
-			delete(g.history, name)
+			delete(g.nodes, name)
 		}
 	}
 	return out
+}
+
+// JustInTime defers the evictions that only the forecast asks for. gated is
+// Apply's result for the plan made with headroom for the forecast horizon; soon
+// is MakePlan of the same nodes with the headroom inference needs within the
+// reclaim lead, the time an eviction takes to free GPUs (the grace period and a
+// planning round or two). A node whose lent GPUs exceed its harvestable ones
+// stays draining, so nothing more is lent there from the round the horizon's
+// forecast needs its GPUs, but it evicts only what soon needs back:
+//
+//	reclaim(node) = min(lent - harvestable, max(0, lent - soonHarvestable))
+//
+// Headroom the forecast asks for and then no longer wants (load rose for a few
+// minutes and fell back) thus costs no job any work. Outside the harvest windows
+// every lent GPU goes at once, as Apply decided; a node missing from soon evicts
+// what gated says.
+func (g *Gate) JustInTime(now time.Time, gated, soon Plan) Plan {
+	if !g.Windows.Open(now) {
+		return gated
+	}
+	out := Plan{Nodes: make(map[string]NodePlan, len(gated.Nodes)), Unplaced: gated.Unplaced}
+	for name, np := range gated.Nodes {
+		if np.ReclaimGPUs > 0 {
+			s, ok := soon.Nodes[name]
+			if ok {
+				lent := np.HarvestableGPUs + np.ReclaimGPUs
+				np.ReclaimGPUs = min(np.ReclaimGPUs, max(0, lent-s.HarvestableGPUs))
+			}
+		}
+		out.Nodes[name] = np
+	}
+	return out
+}
+
+// effective is the least the plan offered the node over its open-after.
+func (g *Gate) effective(st *gateNode, now time.Time, planned int64) int64 {
+	from := now.Add(-g.openAfter(st.drains))
+	effective := planned
+	for i := len(st.history) - 1; i >= 0; i-- {
+		effective = min(effective, st.history[i].gpus)
+		if !st.history[i].at.After(from) {
+			break // in effect when the window began; older ones were not
+		}
+	}
+	return effective
 }
 
 // withHarvestable sets a node's harvestable GPUs and derives its state as

@@ -199,3 +199,155 @@ func TestPlanFragmentedNodes(t *testing.T) {
 		t.Fatalf("unplaced %+v, want exactly one replica: fragments do not add up to a replica", plan.Unplaced)
 	}
 }
+
+// The flap-damping steps below are worked out from the rule in Gate's
+// documentation: OpenAfter 1 m, BackoffLimit 4 (open-after 1, 2 or 4 min),
+// RelaxAfter 2 (one doubling forgotten after 2 x the current open-after
+// without a drain).
+func TestGateFlapDamping(t *testing.T) {
+	t0 := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	node := func(lent int64) []Node {
+		return []Node{{Name: "n", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: lent}}
+	}
+	plan := func(harvestable int64) Plan {
+		return Plan{Nodes: map[string]NodePlan{"n": {Verdict: Verdict{State: api.HarvestOpen, HarvestableGPUs: harvestable}}}}
+	}
+	type step struct {
+		after     time.Duration // since t0
+		planned   int64
+		lent      int64
+		wantGPUs  int64
+		wantState api.HarvestState
+	}
+	s := time.Second
+	tests := []struct {
+		name      string
+		backoff   int
+		published int64
+		steps     []step
+	}{
+		{
+			name: "each drain doubles the open-after up to the cap, and it relaxes", backoff: 4, published: 8,
+			steps: []step{
+				{0, 8, 8, 8, api.HarvestOpen},
+				// Drain 1 at 10 s: open-after 2 m.
+				{10 * s, 4, 8, 4, api.HarvestDraining},
+				{20 * s, 8, 4, 4, api.HarvestOpen},
+				{80 * s, 8, 4, 4, api.HarvestOpen},  // undamped, 8 would open here
+				{139 * s, 8, 4, 4, api.HarvestOpen}, // the 4 offered until 20 s is 119 s old
+				{140 * s, 8, 4, 8, api.HarvestOpen},
+				// Drain 2 at 150 s: open-after 4 m.
+				{150 * s, 4, 8, 4, api.HarvestDraining},
+				{160 * s, 8, 4, 4, api.HarvestOpen},
+				{399 * s, 8, 4, 4, api.HarvestOpen},
+				{400 * s, 8, 4, 8, api.HarvestOpen},
+				// Drain 3 at 600 s: at the cap, open-after stays 4 m.
+				{600 * s, 4, 8, 4, api.HarvestDraining},
+				{610 * s, 8, 4, 4, api.HarvestOpen},
+				{849 * s, 8, 4, 4, api.HarvestOpen},
+				{850 * s, 8, 4, 8, api.HarvestOpen},
+				// No drain since 600 s: one doubling goes at 600 + 2 x 4 m = 1080 s,
+				// the next at 1080 + 2 x 2 m = 1320 s. A drain at 1330 s then
+				// doubles 1 m once: open-after 2 m.
+				{1320 * s, 8, 8, 8, api.HarvestOpen},
+				{1330 * s, 4, 8, 4, api.HarvestDraining},
+				{1340 * s, 8, 4, 4, api.HarvestOpen},
+				{1459 * s, 8, 4, 4, api.HarvestOpen},
+				{1460 * s, 8, 4, 8, api.HarvestOpen},
+			},
+		},
+		{
+			name: "a fall that takes no lent GPU back is no drain", backoff: 4, published: 8,
+			steps: []step{
+				{0, 8, 2, 8, api.HarvestOpen},
+				{10 * s, 4, 2, 4, api.HarvestOpen},
+				{20 * s, 8, 2, 4, api.HarvestOpen},
+				{80 * s, 8, 2, 8, api.HarvestOpen}, // plain open-after: 1 m after 20 s
+			},
+		},
+		{
+			name: "backoff 1 is no damping", backoff: 1, published: 8,
+			steps: []step{
+				{0, 8, 8, 8, api.HarvestOpen},
+				{10 * s, 4, 8, 4, api.HarvestDraining},
+				{20 * s, 8, 4, 4, api.HarvestOpen},
+				{79 * s, 8, 4, 4, api.HarvestOpen},
+				{80 * s, 8, 4, 8, api.HarvestOpen},
+			},
+		},
+		{
+			// A restart finds the node lending 8 while it publishes 4: it counts
+			// one drain, so 8 opens 2 m after the 4 offered until 10 s.
+			name: "after a restart a draining node counts one drain", backoff: 4, published: 4,
+			steps: []step{
+				{0, 4, 8, 4, api.HarvestDraining},
+				{10 * s, 8, 4, 4, api.HarvestOpen},
+				{129 * s, 8, 4, 4, api.HarvestOpen},
+				{130 * s, 8, 4, 8, api.HarvestOpen},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &Gate{OpenAfter: time.Minute, BackoffLimit: tt.backoff}
+			published := map[string]int64{"n": tt.published}
+			for _, st := range tt.steps {
+				got := g.Apply(t0.Add(st.after), node(st.lent), plan(st.planned), published).Nodes["n"]
+				published["n"] = got.HarvestableGPUs
+				if got.HarvestableGPUs != st.wantGPUs || got.State != st.wantState {
+					t.Fatalf("at +%v (planned %d, lent %d): %s with %d harvestable, want %s with %d", st.after, st.planned, st.lent, got.State, got.HarvestableGPUs, st.wantState, st.wantGPUs)
+				}
+			}
+		})
+	}
+}
+
+func TestGateJustInTime(t *testing.T) {
+	np := func(harvestable, reclaim int64) NodePlan {
+		state := api.HarvestOpen
+		switch {
+		case reclaim > 0:
+			state = api.HarvestDraining
+		case harvestable == 0:
+			state = api.HarvestClosed
+		}
+		return NodePlan{Verdict: Verdict{State: state, HarvestableGPUs: harvestable}, ReclaimGPUs: reclaim}
+	}
+	gated := Plan{Nodes: map[string]NodePlan{
+		"forecast-only": np(4, 4), // lent 8; soon needs none of them
+		"partly":        np(0, 8), // lent 8; soon needs 4 of them
+		"needed now":    np(0, 8), // lent 8; soon needs all
+		"unknown":       np(4, 4), // missing from soon
+		"open":          np(8, 0), // lent 4; soon would place headroom here: still no eviction
+	}}
+	soon := Plan{Nodes: map[string]NodePlan{
+		"forecast-only": np(8, 0),
+		"partly":        np(4, 4),
+		"needed now":    np(0, 8),
+		"open":          np(0, 4),
+	}}
+	// reclaim = min(lent - harvestable, max(0, lent - soonHarvestable))
+	want := map[string]int64{"forecast-only": 0, "partly": 4, "needed now": 8, "unknown": 4, "open": 0}
+	g := &Gate{}
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	got := g.JustInTime(now, gated, soon)
+	for name, w := range want {
+		n := got.Nodes[name]
+		if n.ReclaimGPUs != w {
+			t.Errorf("%s: reclaim %d, want %d", name, n.ReclaimGPUs, w)
+		}
+		if n.Verdict != gated.Nodes[name].Verdict {
+			t.Errorf("%s: verdict %+v changed, want %+v: the node stops lending all the same", name, n.Verdict, gated.Nodes[name].Verdict)
+		}
+	}
+	// Outside the harvest windows everything lent goes at once.
+	night, err := ParseWindows("20:00-08:00", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = &Gate{Windows: night}
+	got = g.JustInTime(now, gated, soon)
+	if r := got.Nodes["forecast-only"].ReclaimGPUs; r != 4 {
+		t.Errorf("outside the windows: forecast-only reclaims %d, want 4", r)
+	}
+}

@@ -31,8 +31,11 @@
 //     the trend and, for the forecast policy, the hour-of-week profile learned
 //     online from that load, demand.PeakForecast over the reclaim horizon,
 //     demand.Assess again with the forecast; its Spare replicas are headroom for
-//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter, and the nightly windows)
-//     gives the verdicts. On every node that must return GPUs, the victims are
+//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter with flap damping, and
+//     the nightly windows) gives the verdicts. With a ReclaimLead shorter than
+//     the horizon, the same forecast over the lead gives a second headroom and
+//     plan, and harvest.Gate.JustInTime limits the GPUs each node must return
+//     now to what that plan needs. On every node that must return GPUs, the victims are
 //     reclaim.Choose over reclaim.Units of reclaim.Candidates built from
 //     *v1.Pod objects carrying the last-checkpoint annotation, after the GPUs
 //     already terminating there, exactly as the reclaimer's ReclaimNode does
@@ -122,6 +125,15 @@ type Config struct {
 	Horizon time.Duration
 	// OpenAfter is the gate's delay before lending newly spare GPUs.
 	OpenAfter time.Duration
+	// OpenAfterBackoff is harvest.Gate.BackoffLimit (flap damping): each drain
+	// of a node doubles its open-after, up to this multiple of OpenAfter. 0 or 1: none.
+	OpenAfterBackoff int
+	// OpenAfterRelax is harvest.Gate.RelaxAfter (0: the gate's default); a diagnostic.
+	OpenAfterRelax int
+	// ReclaimLead: lent GPUs are evicted only when the forecast over this lead
+	// needs them (harvest.Gate.JustInTime); nodes stop lending at Horizon
+	// already. 0, or at least Horizon, evicts at the horizon.
+	ReclaimLead time.Duration
 	// Margin is the demand model's safety margin (the controller's default is 0.1).
 	Margin float64
 	// NightlyWindows are the harvest windows of the nightly policy (UTC).
@@ -159,7 +171,9 @@ func DefaultConfig() Config {
 		CheckpointInterval: 30 * time.Minute,
 		Horizon:            demand.DefaultHorizon,
 		OpenAfter:          2 * time.Minute, // gleaner-controller --open-after default
-		Margin:             0.1,             // gleaner-controller --headroom-margin default
+		OpenAfterBackoff:   harvest.DefaultBackoffLimit,
+		ReclaimLead:        demand.DefaultReclaimLead,
+		Margin:             0.1, // gleaner-controller --headroom-margin default
 		NightlyWindows:     "20:00-08:00",
 		PricePerGPUHour:    2.0,
 		PackingWeight:      1,
@@ -196,8 +210,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("replica capacity %g: must be positive", c.ReplicaCapacity)
 	case c.GracePeriod < 0 || c.CheckpointInterval <= 0:
 		return fmt.Errorf("grace period %v must not be negative and checkpoint interval %v must be positive", c.GracePeriod, c.CheckpointInterval)
-	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.PricePerGPUHour < 0:
-		return fmt.Errorf("nodes, open-after, horizon and price must not be negative")
+	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.PricePerGPUHour < 0:
+		return fmt.Errorf("nodes, open-after, horizon, reclaim lead and price must not be negative")
+	case c.OpenAfterBackoff < 0 || c.OpenAfterRelax < 0:
+		return fmt.Errorf("open-after backoff %d and relax %d must not be negative", c.OpenAfterBackoff, c.OpenAfterRelax)
 	case c.PackingWeight < 0 || c.IdleWeight < 0 || c.PackingWeight+c.IdleWeight == 0:
 		return fmt.Errorf("placement weights %d, %d: not negative, at least one positive", c.PackingWeight, c.IdleWeight)
 	}
@@ -348,6 +364,8 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 		return Result{}, fmt.Errorf("unknown policy %q", policy)
 	}
 	s.gate.OpenAfter = cfg.OpenAfter
+	s.gate.BackoffLimit = cfg.OpenAfterBackoff
+	s.gate.RelaxAfter = cfg.OpenAfterRelax
 	n := ClusterNodes(cfg, fleet)
 	s.nodes = make([]simNode, n)
 	for i := range s.nodes {
@@ -520,7 +538,8 @@ func (s *sim) plan(t time.Duration) {
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
 			ReservedGPUs: n.inference, LentGPUs: n.lent, HostsInference: n.inference > 0}
 	}
-	var headroom []harvest.Headroom
+	var headroom, soonHeadroom []harvest.Headroom
+	jit := cfg.ReclaimLead > 0 && cfg.ReclaimLead < cfg.Horizon
 	for i := range s.svcs {
 		sv := &s.svcs[i]
 		load := s.load(i, t)
@@ -553,8 +572,17 @@ func (s *sim) plan(t time.Duration) {
 		if need.Spare > 0 {
 			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
 		}
+		if jit {
+			in.ForecastLoad = demand.PeakForecast(now, now0.Load, cfg.ReclaimLead, trend, profile).Peak
+			if soon := demand.Assess(in); soon.Spare > 0 {
+				soonHeadroom = append(soonHeadroom, harvest.Headroom{Service: soon.Service, GPUsPerReplica: soon.GPUsPerReplica, Replicas: soon.Spare})
+			}
+		}
 	}
 	plan := s.gate.Apply(now, s.hnodes, harvest.MakePlan(s.hnodes, headroom), s.published)
+	if jit {
+		plan = s.gate.JustInTime(now, plan, harvest.MakePlan(s.hnodes, soonHeadroom))
+	}
 	var reclaimAny bool
 	for i, n := range s.nodes {
 		np := plan.Nodes[n.name]

@@ -119,8 +119,20 @@ func TestAccounting(t *testing.T) {
 		window: time.Minute,
 		rates:  append(append(repeat(10, 60), 30), repeat(10, 59)...),
 		jobs:   []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
-		tweak:  func(c *Config) { c.NoTrend = true },
+		tweak:  func(c *Config) { c.NoTrend, c.OpenAfterBackoff = true, 1 },
 		want: want{idle: 28560.0 / 3600, harvested: 28080.0 / 3600, fraction: 28080.0 / 28560, lost: 6720.0 / 3600, serving: 8,
+			preemptions: 1, wait: 60, started: 2, reclaimed: 4, unused: 4},
+	}, {
+		// The same with flap damping (the default): the drain at 3600 s doubles
+		// the node's open-after to 240 s, so it lends again once the 0 offered
+		// from 3600 s until 3660 s is 240 s old: at 3900 s. Harvested
+		// 4 x ((3720 - 120) + (7200 - 3900)) = 27600 GPU-s = 7.6667 GPU-h.
+		name: "flap damping waits longer after a drain", policy: Continuous,
+		window: time.Minute,
+		rates:  append(append(repeat(10, 60), 30), repeat(10, 59)...),
+		jobs:   []Job{{Name: "a", GPUs: 4, Work: 3 * time.Hour}},
+		tweak:  func(c *Config) { c.NoTrend = true },
+		want: want{idle: 28560.0 / 3600, harvested: 27600.0 / 3600, fraction: 27600.0 / 28560, lost: 6720.0 / 3600, serving: 8,
 			preemptions: 1, wait: 60, started: 2, reclaimed: 4, unused: 4},
 	}}
 	for _, tt := range tests {
