@@ -26,6 +26,7 @@ func main() {
 		},
 	})
 	root.AddCommand(newProbeCommand())
+	root.AddCommand(newVLLMSimCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gleaner:", err)
 		os.Exit(1)
