@@ -8,6 +8,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	rep.print(out)
+	var saved bytes.Buffer
+	rep.print(&saved)
+	_ = os.WriteFile(filepath.Join(dir, "report.txt"), saved.Bytes(), 0o644)
 	if failures := rep.check(); len(failures) > 0 {
 		fmt.Fprintf(out, "\nSELF-CHECK FAILED: Gleaner did not visibly work:\n")
 		for _, f := range failures {

@@ -44,7 +44,8 @@ func newSupervisor(logDir string) *supervisor {
 // errMissingBinary explains how to build a binary that is not there.
 func missingBinary(path string) error {
 	how := "make build"
-	if strings.Contains(path, string(filepath.Separator)+"tools"+string(filepath.Separator)) {
+	switch filepath.Base(path) {
+	case "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok":
 		how = "make tools"
 	}
 	return fmt.Errorf("%s is missing: build it with `%s` (or run `make demo`, which builds everything)", path, how)

@@ -34,14 +34,15 @@ func newProgress(w io.Writer) *progress {
 }
 
 func (p *progress) header() {
-	fmt.Fprintf(p.w, "\n%-6s %8s %6s %6s %11s %10s %9s %10s %10s\n", "time", "serving", "lent", "idle", "harvestable", "open nodes", "job pods", "jobs done", "evictions")
+	fmt.Fprintf(p.w, "\n%-6s %8s %6s %6s %11s %10s %12s %10s %10s\n", "time", "serving", "lent", "idle", "harvestable", "open nodes", "job pods", "jobs done", "evicted")
+	fmt.Fprintf(p.w, "%-6s %8s %6s %6s %11s %10s %12s %10s %10s\n", "(demo)", "GPUs", "GPUs", "GPUs", "GPUs", "", "run+queued", "", "jobs")
 }
 
 func (r row) String() string {
 	h := int(r.hour)
 	m := int((r.hour - float64(h)) * 60)
-	return fmt.Sprintf("%02d:%02d  %8d %6d %6d %11d %10s %9s %10d %10d", h%24, m, r.serving, r.lent, r.idle, r.harvestable,
-		fmt.Sprintf("%d/%d", r.open, r.nodes), fmt.Sprintf("%d+%dq", r.jobPods, r.queued), r.done, r.evicted)
+	return fmt.Sprintf("%02d:%02d  %8d %6d %6d %11d %10s %12s %10d %10d", h%24, m, r.serving, r.lent, r.idle, r.harvestable,
+		fmt.Sprintf("%d/%d", r.open, r.nodes), fmt.Sprintf("%d+%d", r.jobPods, r.queued), r.done, r.evicted)
 }
 
 func (p *progress) row(r row) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -585,6 +587,7 @@ func (s *scenario) finish(ctx context.Context, now time.Time) (*report, error) {
 	s.mu.Unlock()
 	// Who evicted: gleaner-controller's reclaimer (ahead of demand) or the
 	// scheduler's preemption (an inference pod that did not fit).
+	s.dumpEvents(ctx)
 	events, err := s.c.client.CoreV1().Events(researchNS).List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, e := range events.Items {
@@ -605,4 +608,38 @@ func (s *scenario) finish(ctx context.Context, now time.Time) (*report, error) {
 		s.rep.replicaRanges = append(s.rep.replicaRanges, replicaRange{service: n, min: s.replicas[n][0], max: s.replicas[n][1]})
 	}
 	return &s.rep, nil
+}
+
+// dumpEvents writes the day's Events of the workload namespaces to events.log
+// in the log folder: who evicted what, and why.
+func (s *scenario) dumpEvents(ctx context.Context) {
+	var b bytes.Buffer
+	for _, ns := range []string{servingNS, researchNS} {
+		events, err := s.c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "listing events of %s: %v\n", ns, err)
+			continue
+		}
+		items := events.Items
+		sort.SliceStable(items, func(i, j int) bool { return eventTime(items[i]).Before(eventTime(items[j])) })
+		for _, e := range items {
+			from := e.Source.Component
+			if from == "" {
+				from = e.ReportingController
+			}
+			fmt.Fprintf(&b, "%s %-7s %s/%s/%s %s (%s): %s\n", eventTime(e).Format("15:04:05.000"), e.Type, e.InvolvedObject.Kind, ns, e.InvolvedObject.Name,
+				e.Reason, from, e.Message)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(s.c.sup.logDir, "events.log"), b.Bytes(), 0o644)
+}
+
+func eventTime(e v1.Event) time.Time {
+	switch {
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
 }
