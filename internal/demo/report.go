@@ -12,6 +12,7 @@ import (
 type row struct {
 	hour                             float64
 	serving, lent, idle, harvestable int64
+	spareOpen                        int64 // harvestable GPUs of open nodes not lent
 	open, nodes                      int
 	jobPods, queued                  int
 	done, evicted                    int
@@ -77,7 +78,10 @@ type report struct {
 	servingGPU integral
 	lentGPU    integral
 	idleGPU    integral
-	peakLent   int64
+	// spareOpenGPU: idle GPUs that were open for harvest but that no queued job
+	// could use (too few on one node for the jobs waiting, or not yet bound).
+	spareOpenGPU integral
+	peakLent     int64
 
 	submittedJobs, finishedJobs, evictedJobs, retries int
 	usefulWork, lostWork                              float64 // GPU-hours
@@ -92,7 +96,7 @@ type report struct {
 func (r *report) print(w io.Writer) {
 	s := r.t.scale
 	demo := func(d time.Duration) string {
-		return fmt.Sprintf("%5.1fs real = %s demo", d.Seconds(), clockDuration(r.t.demo(d)))
+		return fmt.Sprintf("%.2fs real = %s demo", d.Seconds(), clockDuration(r.t.demo(d)))
 	}
 	total := float64(r.gpus) * 24
 	pct := func(v float64) float64 { return 100 * v / total }
@@ -101,7 +105,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "GPU-hours are demo time (real GPU-seconds x %.0f / 3600).\n\n", s)
 	fmt.Fprintf(w, "  GPU-hours serving inference          %7.1f  (%4.1f%% of %.0f)\n", r.servingGPU.hours(s), pct(r.servingGPU.hours(s)), total)
 	fmt.Fprintf(w, "  GPU-hours harvested (lent to jobs)   %7.1f  (%4.1f%%), at most %d GPUs lent at once\n", r.lentGPU.hours(s), pct(r.lentGPU.hours(s)), r.peakLent)
-	fmt.Fprintf(w, "  GPU-hours idle, left unharvested     %7.1f  (%4.1f%%): headroom for inference, gaps before GPUs open, packing\n", r.idleGPU.hours(s), pct(r.idleGPU.hours(s)))
+	idle, spare := r.idleGPU.hours(s), r.spareOpenGPU.hours(s)
+	fmt.Fprintf(w, "  GPU-hours idle, left unharvested     %7.1f  (%4.1f%%): %.1f kept as headroom or not yet open, %.1f open but unused\n",
+		idle, pct(idle), idle-spare, spare)
 	fmt.Fprintf(w, "  Best-effort work completed           %7.1f  GPU-hours in %d finished jobs (%d submitted)\n", r.usefulWork, r.finishedJobs, r.submittedJobs)
 	fmt.Fprintf(w, "  Work lost to evictions               %7.1f  GPU-hours (since each job's last checkpoint, every %s demo)\n", r.lostWork, clockDuration(r.t.demo(r.t.checkpoint)))
 	fmt.Fprintf(w, "  Jobs evicted                         %7d  (pod evictions by gleaner-controller's reclaimer: %d, by scheduler preemption: %d); %d retried\n",

@@ -533,6 +533,7 @@ func (s *scenario) annotateCheckpoint(ctx context.Context, j *job, now time.Time
 // sample accounts the GPUs of the pool now and returns the progress row.
 func (s *scenario) sample(now time.Time) row {
 	r := row{hour: s.hour(now)}
+	lentOn := map[string]int64{}
 	pods, _ := s.pods.List(labels.Everything())
 	for _, p := range pods {
 		if !api.HoldsResources(p) {
@@ -547,6 +548,7 @@ func (s *scenario) sample(now time.Time) row {
 			r.serving += g
 		case p.Labels[labelJob] != "":
 			r.lent += g
+			lentOn[p.Spec.NodeName] += g
 			if p.Status.Phase == v1.PodRunning && p.DeletionTimestamp == nil {
 				r.jobPods++
 			}
@@ -559,6 +561,9 @@ func (s *scenario) sample(now time.Time) row {
 		}
 		if v, err := strconv.Atoi(n.Annotations[api.AnnotationHarvestableGPUs]); err == nil {
 			r.harvestable += int64(v)
+			if n.Labels[api.LabelHarvest] == string(api.HarvestOpen) {
+				r.spareOpen += max(0, int64(v)-lentOn[n.Name])
+			}
 		}
 	}
 	r.idle = s.rep.gpus - r.serving - r.lent
@@ -568,6 +573,7 @@ func (s *scenario) sample(now time.Time) row {
 	s.rep.servingGPU.sample(now, float64(r.serving))
 	s.rep.lentGPU.sample(now, float64(r.lent))
 	s.rep.idleGPU.sample(now, float64(r.idle))
+	s.rep.spareOpenGPU.sample(now, float64(min(r.spareOpen, r.idle)))
 	s.rep.peakLent = max(s.rep.peakLent, r.lent)
 	return r
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -123,5 +124,33 @@ func TestPodLoadSpreadsAndQueues(t *testing.T) {
 	}
 	if r, w, _ := podLoad(s, 10, 0); r != 0 || w != 0 {
 		t.Fatal("no replicas, no load")
+	}
+}
+
+func TestChecksFailClosed(t *testing.T) {
+	tm, _ := newTiming(4)
+	empty := &report{t: tm}
+	failures := empty.check()
+	for _, want := range []string{"no GPU was ever lent", "no best-effort job finished", "never reclaimed", "autoscaler never changed"} {
+		found := false
+		for _, f := range failures {
+			found = found || strings.Contains(f, want)
+		}
+		if !found {
+			t.Errorf("an empty day passes the check %q; failures: %q", want, failures)
+		}
+	}
+
+	good := &report{t: tm, peakLent: 40, finishedJobs: 3, byReclaimer: 2,
+		infWaits:      []time.Duration{time.Second, 2 * time.Second},
+		replicaRanges: []replicaRange{{"chat", 1, 6}}}
+	good.lentGPU.sample(time.Unix(0, 0), 40)
+	good.lentGPU.sample(time.Unix(10, 0), 0)
+	if f := good.check(); len(f) != 0 {
+		t.Fatalf("a good day fails: %q", f)
+	}
+	good.infWaits = append(good.infWaits, tm.reclaimBudget()+time.Second)
+	if f := good.check(); len(f) != 1 || !strings.Contains(f[0], "over the reclaim budget") {
+		t.Fatalf("an inference pod over budget: %q", f)
 	}
 }
