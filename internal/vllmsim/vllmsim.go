@@ -112,7 +112,23 @@ func localIP(r *http.Request) string {
 	return host
 }
 
+// fromLoopback reports whether the request came from this machine: the
+// listener is bound to 0.0.0.0 to reach every loopback address, but serves
+// this machine's scrapers only.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if !fromLoopback(r) {
+		http.Error(w, "vllm-sim serves this machine only", http.StatusForbidden)
+		return
+	}
 	ip := localIP(r)
 	s.mu.Lock()
 	load, ok := s.loads[ip]
@@ -139,7 +155,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveLoads(w http.ResponseWriter, r *http.Request) {
-	if localIP(r) != "127.0.0.1" {
+	if localIP(r) != "127.0.0.1" || !fromLoopback(r) {
 		http.Error(w, "vllm-sim: /sim/loads is served on 127.0.0.1 only", http.StatusForbidden)
 		return
 	}

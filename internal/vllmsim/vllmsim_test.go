@@ -77,6 +77,13 @@ func TestLoadsOnlyFromLoopbackOne(t *testing.T) {
 	if rec := do(t, s, "127.42.0.2", http.MethodGet, "/metrics", ""); rec.code != http.StatusOK {
 		t.Fatalf("scrape after PUT: status %d", rec.code)
 	}
+	// Bound to 0.0.0.0, it must still serve this machine only.
+	if rec := doFrom(t, s, "192.0.2.7:5000", "127.42.0.2", http.MethodGet, "/metrics", ""); rec.code != http.StatusForbidden {
+		t.Fatalf("scrape from another machine: status %d, want 403", rec.code)
+	}
+	if rec := doFrom(t, s, "192.0.2.7:5000", "127.0.0.1", http.MethodPut, "/sim/loads", `{}`); rec.code != http.StatusForbidden {
+		t.Fatalf("PUT from another machine: status %d, want 403", rec.code)
+	}
 }
 
 // TestOneListenerManyLoopbackAddresses checks the premise: a listener on
@@ -120,12 +127,20 @@ type recorded struct {
 }
 
 func do(t *testing.T, s *Server, local, method, path, body string) recorded {
+	return doFrom(t, s, "", local, method, path, body)
+}
+
+func doFrom(t *testing.T, s *Server, remote, local, method, path, body string) recorded {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+local+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req = req.WithContext(contextWithLocal(req, local))
+	req.RemoteAddr = "127.0.0.1:40000"
+	if remote != "" {
+		req.RemoteAddr = remote
+	}
 	w := &responseRecorder{header: http.Header{}, code: http.StatusOK}
 	s.Handler().ServeHTTP(w, req)
 	return recorded{code: w.code, body: w.buf.String()}
