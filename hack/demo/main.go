@@ -19,7 +19,7 @@ func main() {
 	flag.Float64Var(&cfg.DayMinutes, "minutes", 4, "Real minutes the demo day of 24 hours lasts (1-60).")
 	flag.IntVar(&cfg.Nodes, "nodes", 8, "GPU nodes in the pool.")
 	flag.Int64Var(&cfg.GPUsPerNode, "gpus-per-node", 8, "GPUs (nvidia.com/gpu) per node.")
-	flag.IntVar(&cfg.QueueDepth, "queue", 8, "Best-effort jobs kept waiting for GPUs.")
+	flag.IntVar(&cfg.QueueDepth, "queue", 2, "Best-effort jobs of each kind (eval, sft, train, ddp, sweep) kept waiting for GPUs.")
 	flag.Int64Var(&cfg.Seed, "seed", 1, "Seed of the job mix.")
 	flag.StringVar(&cfg.RepoDir, "repo", ".", "Repository root (for manifests/).")
 	flag.StringVar(&cfg.BinDir, "bin", "bin", "Directory of gleaner, gleaner-scheduler and gleaner-controller (make build).")

@@ -27,7 +27,7 @@ type Config struct {
 	DayMinutes  float64 // real minutes the demo day lasts
 	Nodes       int     // GPU nodes
 	GPUsPerNode int64
-	QueueDepth  int    // best-effort jobs kept waiting
+	QueueDepth  int    // best-effort jobs of each kind kept waiting
 	RepoDir     string // repository root, for manifests/
 	BinDir      string // gleaner, gleaner-scheduler, gleaner-controller
 	ToolsDir    string // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok

@@ -348,33 +348,27 @@ func (s *scenario) pushLoads(ctx context.Context, now time.Time) error {
 }
 
 // jobKinds is the research team's mix of best-effort work.
+// Each kind keeps QueueDepth jobs waiting, so small jobs are there to fill
+// the gaps big ones cannot use, as in a team's real backlog.
 var jobKinds = []struct {
 	kind           string
-	weight         int
 	pods           int
 	podGPUs        int64
 	minHrs, maxHrs float64
 }{
-	{"eval", 35, 1, 1, 1, 2},
-	{"sft", 25, 1, 2, 2, 4},
-	{"train", 20, 1, 4, 3, 6},
-	{"ddp", 10, 2, 4, 3, 6},   // a 2 x 4-GPU gang
-	{"sweep", 10, 4, 2, 2, 4}, // a 4 x 2-GPU gang
+	{"eval", 1, 1, 1, 2},
+	{"sft", 1, 2, 2, 4},
+	{"train", 1, 4, 3, 6},
+	{"ddp", 2, 4, 3, 6},   // a 2 x 4-GPU gang
+	{"sweep", 4, 2, 2, 4}, // a 4 x 2-GPU gang
 }
 
-func (s *scenario) newJob() *job {
-	total := 0
-	for _, k := range jobKinds {
-		total += k.weight
-	}
-	pick := s.rng.Intn(total)
+func (s *scenario) newJob(kind string) *job {
 	k := jobKinds[0]
 	for _, kk := range jobKinds {
-		if pick < kk.weight {
+		if kk.kind == kind {
 			k = kk
-			break
 		}
-		pick -= kk.weight
 	}
 	s.nextJob++
 	hrs := k.minHrs + s.rng.Float64()*(k.maxHrs-k.minHrs)
@@ -443,7 +437,7 @@ func (s *scenario) deletePods(ctx context.Context, j *job, grace int64) {
 
 // runJobs advances every job and keeps QueueDepth jobs waiting for GPUs.
 func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
-	waiting := 0
+	waiting := map[string]int{}
 	for _, j := range s.jobs {
 		if j.state == jobFinished {
 			continue
@@ -482,7 +476,7 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 				j.state, j.running, j.ckpt = jobRunning, now, now
 			}
 			if j.state == jobPending {
-				waiting++
+				waiting[j.kind]++
 				continue
 			}
 			if now.Sub(j.ckpt) >= s.t.checkpoint {
@@ -506,17 +500,19 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 				if err := s.submit(ctx, j); err != nil {
 					return err
 				}
-				waiting++
+				waiting[j.kind]++
 			}
 		}
 	}
-	for ; waiting < s.cfg.QueueDepth; waiting++ {
-		j := s.newJob()
-		if err := s.submit(ctx, j); err != nil {
-			return err
+	for _, k := range jobKinds {
+		for n := waiting[k.kind]; n < s.cfg.QueueDepth; n++ {
+			j := s.newJob(k.kind)
+			if err := s.submit(ctx, j); err != nil {
+				return err
+			}
+			s.jobs = append(s.jobs, j)
+			s.rep.submittedJobs++
 		}
-		s.jobs = append(s.jobs, j)
-		s.rep.submittedJobs++
 	}
 	return nil
 }
