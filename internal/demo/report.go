@@ -91,6 +91,7 @@ type report struct {
 	infWaits        []time.Duration // inference pod created to bound, real time
 	infPendingAtEnd int
 	replicaRanges   []replicaRange
+	deadProcs       []string // processes no longer running at the end of the day
 }
 
 func (r *report) print(w io.Writer) {
@@ -148,6 +149,9 @@ func (r *report) check() []string {
 	}
 	if !scaled {
 		f = append(f, "the autoscaler never changed any service's replicas over the day")
+	}
+	if len(r.deadProcs) > 0 {
+		f = append(f, fmt.Sprintf("these processes were no longer running at the end of the day: %v (see their logs)", r.deadProcs))
 	}
 	return f
 }

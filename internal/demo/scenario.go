@@ -336,7 +336,7 @@ func (s *scenario) pushLoads(ctx context.Context, now time.Time) error {
 	}
 	body, _ := json.Marshal(loads)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, fmt.Sprintf("http://127.0.0.1:%d/sim/loads", s.c.simPort), bytes.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := simClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("setting vllm-sim's loads: %w", err)
 	}
@@ -346,6 +346,8 @@ func (s *scenario) pushLoads(ctx context.Context, now time.Time) error {
 	}
 	return nil
 }
+
+var simClient = &http.Client{Timeout: 2 * time.Second}
 
 // jobKinds is the research team's mix of best-effort work.
 // Each kind keeps QueueDepth jobs waiting, so small jobs are there to fill
@@ -601,6 +603,12 @@ func (s *scenario) finish(ctx context.Context, now time.Time) (*report, error) {
 			}
 		}
 	}
+	for _, p := range s.c.procs {
+		if p.exited() {
+			s.rep.deadProcs = append(s.rep.deadProcs, p.name)
+		}
+	}
+	sort.Strings(s.rep.deadProcs)
 	names := make([]string, 0, len(s.replicas))
 	for n := range s.replicas {
 		names = append(names, n)
