@@ -17,6 +17,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 //go:embed kwok-stages.yaml
@@ -147,14 +151,24 @@ func (c *cluster) startComponents(ctx context.Context, cfg Config, t timing, obj
 		return err
 	}
 
-	sched, err := componentArgs(objs, "gleaner-scheduler", c.dir, c.kubeconfig)
+	// Gleaner's components run with their ServiceAccounts' tokens, so exactly
+	// with the shipped RBAC, as in a cluster.
+	schedKubeconfig, err := c.serviceAccountKubeconfig(ctx, "gleaner-scheduler", t.day)
+	if err != nil {
+		return err
+	}
+	ctrlKubeconfig, err := c.serviceAccountKubeconfig(ctx, "gleaner-controller", t.day)
+	if err != nil {
+		return err
+	}
+	sched, err := componentArgs(objs, "gleaner-scheduler", c.dir, schedKubeconfig)
 	if err != nil {
 		return err
 	}
 	if c.procs["gleaner-scheduler"], err = c.sup.start("gleaner-scheduler", filepath.Join(cfg.BinDir, "gleaner-scheduler"), sched.args...); err != nil {
 		return err
 	}
-	ctrl, err := componentArgs(objs, "gleaner-controller", c.dir, c.kubeconfig)
+	ctrl, err := componentArgs(objs, "gleaner-controller", c.dir, ctrlKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -166,6 +180,21 @@ func (c *cluster) startComponents(ctx context.Context, cfg Config, t timing, obj
 		return err
 	}
 	return waitHTTP(ctx, c.procs["gleaner-controller"], ctrl.health, "", 60*time.Second)
+}
+
+// serviceAccountKubeconfig writes a kubeconfig with a token of the
+// ServiceAccount gleaner-system/sa that outlives the demo.
+func (c *cluster) serviceAccountKubeconfig(ctx context.Context, sa string, day time.Duration) (string, error) {
+	expiry := int64((day + time.Hour).Seconds())
+	tr, err := c.client.CoreV1().ServiceAccounts(api.SystemNamespace).CreateToken(ctx, sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token for ServiceAccount %s/%s (from manifests/): %w", api.SystemNamespace, sa, err)
+	}
+	cfg := rest.CopyConfig(c.config)
+	cfg.BearerToken = tr.Status.Token
+	path := filepath.Join(c.dir, sa+".kubeconfig")
+	return path, writeKubeconfig(cfg, path)
 }
 
 type component struct {

@@ -43,16 +43,17 @@ func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// installGleanerAPIs applies the shipped Namespace, PriorityClasses and
-// PodGroup CRD with server-side apply. The components' own Deployments,
-// RBAC and Services are not applied: here they run as local processes.
+// installGleanerAPIs applies the shipped Namespace, PriorityClasses, PodGroup
+// CRD, ServiceAccounts and RBAC with server-side apply. The components' own
+// Deployments, ConfigMaps and Services are not applied: here they run as
+// local processes, with their ServiceAccounts' tokens.
 func installGleanerAPIs(ctx context.Context, c *cluster, objs []*unstructured.Unstructured) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
 	dyn, err := dynamic.NewForConfig(c.config)
 	if err != nil {
 		return err
 	}
-	kinds := []string{"Namespace", "PriorityClass", "CustomResourceDefinition"}
+	kinds := []string{"Namespace", "PriorityClass", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 	for _, kind := range kinds {
 		for _, obj := range objs {
 			if obj.GetKind() != kind {
@@ -68,7 +69,11 @@ func installGleanerAPIs(ctx context.Context, c *cluster, objs []*unstructured.Un
 				return err
 			}
 			force := true
-			if _, err := dyn.Resource(mapping.Resource).Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
+			var res dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+			if ns := obj.GetNamespace(); ns != "" {
+				res = dyn.Resource(mapping.Resource).Namespace(ns)
+			}
+			if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
 				metav1.PatchOptions{FieldManager: "gleaner-demo", Force: &force, FieldValidation: "Strict"}); err != nil {
 				return fmt.Errorf("applying %s %s: %w", kind, obj.GetName(), err)
 			}
