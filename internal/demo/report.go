@@ -85,7 +85,7 @@ type report struct {
 
 	submittedJobs, finishedJobs, evictedJobs, retries int
 	usefulWork, lostWork                              float64 // GPU-hours
-	byReclaimer, byPreemption                         int
+	byReclaimer, byPreemption, reservationsPreempted  int
 
 	reclaimLatency  []time.Duration // eviction to GPUs free, real time
 	infWaits        []time.Duration // inference pod created to bound, real time
@@ -113,6 +113,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "  Work lost to evictions               %7.1f  GPU-hours (since each job's last checkpoint, every %s demo)\n", r.lostWork, clockDuration(r.t.demo(r.t.checkpoint)))
 	fmt.Fprintf(w, "  Jobs evicted                         %7d  (pod evictions by gleaner-controller's reclaimer: %d, by scheduler preemption: %d); %d retried\n",
 		r.evictedJobs, r.byReclaimer, r.byPreemption, r.retries)
+	if r.reservationsPreempted > 0 {
+		fmt.Fprintf(w, "  Gang reservations preempted          %7d  (members waiting at Permit for the rest of their gang; no work lost)\n", r.reservationsPreempted)
+	}
 	fmt.Fprintf(w, "  Reclaim latency (eviction to GPUs free), %d pods: p50 %s, p99 %s\n", len(r.reclaimLatency),
 		demo(percentile(r.reclaimLatency, 50)), demo(percentile(r.reclaimLatency, 99)))
 	fmt.Fprintf(w, "  Inference pods' wait for GPUs, %d pods: p50 %s, p99 %s, max %s\n", len(r.infWaits),

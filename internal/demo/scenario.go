@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -599,7 +600,13 @@ func (s *scenario) finish(ctx context.Context, now time.Time) (*report, error) {
 			case reclaim.ReasonReclaimed:
 				s.rep.byReclaimer += max(int(e.Count), 1)
 			case "Preempted":
-				s.rep.byPreemption += max(int(e.Count), 1)
+				// A gang member waiting at Permit holds GPUs in the scheduler's
+				// memory only; preempting it stops no running work.
+				if strings.Contains(e.Message, "in kube-scheduler memory") {
+					s.rep.reservationsPreempted += max(int(e.Count), 1)
+				} else {
+					s.rep.byPreemption += max(int(e.Count), 1)
+				}
 			}
 		}
 	}
