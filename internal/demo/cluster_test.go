@@ -1,0 +1,80 @@
+package demo
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gleaner-dev/gleaner/internal/manifests"
+)
+
+// TestComponentArgsFromShippedManifests: the demo runs the components with
+// the args and scheduler configuration manifests/ ships, made local.
+func TestComponentArgsFromShippedManifests(t *testing.T) {
+	out, err := manifests.Render("../../manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sched, err := componentArgs(objs, "gleaner-scheduler", dir, "/x/sched.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config string
+	for _, a := range sched.args {
+		if v, ok := strings.CutPrefix(a, "--config="); ok {
+			config = v
+		}
+		if strings.HasPrefix(a, "--secure-port=10259") {
+			t.Errorf("the shipped port was kept: %v", sched.args)
+		}
+	}
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatalf("scheduler config %q: %v (args %v)", config, err, sched.args)
+	}
+	var doc struct {
+		ClientConnection struct{ Kubeconfig string } `json:"clientConnection"`
+		Profiles         []struct{ SchedulerName string }
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ClientConnection.Kubeconfig != "/x/sched.kubeconfig" || len(doc.Profiles) != 1 || doc.Profiles[0].SchedulerName != "gleaner-scheduler" {
+		t.Fatalf("written scheduler config: %s", data)
+	}
+	if !strings.HasPrefix(sched.health, "https://127.0.0.1:") {
+		t.Fatalf("scheduler health %s", sched.health)
+	}
+
+	ctrl, err := componentArgs(objs, "gleaner-controller", dir, "/x/ctrl.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ctrl.args, "--kubeconfig=/x/ctrl.kubeconfig") || !strings.HasPrefix(ctrl.health, "http://127.0.0.1:") {
+		t.Fatalf("controller args %v, health %s", ctrl.args, ctrl.health)
+	}
+	tm, _ := newTiming(4)
+	args := override(ctrl.args, tm.controllerFlags())
+	count := func(prefix string) (n int) {
+		for _, a := range args {
+			if strings.HasPrefix(a, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	if count("--scrape-interval=") != 1 || !slices.Contains(args, "--scrape-interval=1s") || !slices.Contains(args, "--forecast-horizon=5s") {
+		t.Fatalf("controller flags after override: %v", args)
+	}
+	if _, err := componentArgs(objs, "nope", dir, ""); err == nil {
+		t.Fatal("a Deployment that is not rendered was found")
+	}
+}

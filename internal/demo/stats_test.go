@@ -1,0 +1,156 @@
+package demo
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		ds = append(ds, time.Duration(i)*time.Second)
+	}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 50 * time.Second}, {99, 99 * time.Second}, {100, 100 * time.Second}, {0.1, time.Second}} {
+		if got := percentile(ds, tt.p); got != tt.want {
+			t.Errorf("p%v = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+	if ds[0] != 100*time.Second {
+		t.Fatal("percentile sorted its input in place")
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Fatalf("p50 of nothing = %v", got)
+	}
+	if got := percentile([]time.Duration{3 * time.Second}, 99); got != 3*time.Second {
+		t.Fatalf("p99 of one = %v", got)
+	}
+}
+
+func TestIntegralIsAStepFunction(t *testing.T) {
+	var i integral
+	t0 := time.Unix(1000, 0)
+	i.sample(t0, 8)                    // 8 GPUs ...
+	i.sample(t0.Add(2*time.Second), 4) // ... for 2 s = 16
+	i.sample(t0.Add(5*time.Second), 0) // 4 for 3 s = 12
+	i.sample(t0.Add(9*time.Second), 0) // 0
+	if i.total != 28 {
+		t.Fatalf("total %v GPU-seconds, want 28", i.total)
+	}
+	// At 360x, 28 real GPU-seconds are 28*360/3600 = 2.8 demo GPU-hours.
+	if got := i.hours(360); math.Abs(got-2.8) > 1e-9 {
+		t.Fatalf("%v demo GPU-hours, want 2.8", got)
+	}
+}
+
+func TestTimingScalesConsistently(t *testing.T) {
+	tm, err := newTiming(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.scale != 360 {
+		t.Fatalf("a 4-minute day is %vx, want 360x", tm.scale)
+	}
+	if got := tm.demo(tm.day); got != 24*time.Hour {
+		t.Fatalf("the demo day lasts %v of demo time", got)
+	}
+	// 30 demo minutes at 360x are 5 s; 2 h are 20 s.
+	if tm.horizon != 5*time.Second || tm.trendWindow != 20*time.Second {
+		t.Fatalf("horizon %v, trend window %v", tm.horizon, tm.trendWindow)
+	}
+	// Floors: a scrape a second at most, whole seconds of grace.
+	if tm.scrape != time.Second || tm.graceBestEffort != 2 {
+		t.Fatalf("scrape %v, grace %ds", tm.scrape, tm.graceBestEffort)
+	}
+	short, _ := newTiming(2)
+	if short.horizon >= tm.horizon || short.scrape != time.Second {
+		t.Fatalf("a shorter day must shorten the horizon (%v vs %v) but not the scrape floor (%v)", short.horizon, tm.horizon, short.scrape)
+	}
+	for _, bad := range []float64{0, 0.5, math.NaN(), 61} {
+		if _, err := newTiming(bad); err == nil {
+			t.Errorf("a %v-minute day was accepted", bad)
+		}
+	}
+}
+
+func TestTrafficFollowsTheDay(t *testing.T) {
+	for _, s := range demoServices() {
+		peakLoad, quiet := 0.0, math.Inf(1)
+		peakAt := 0.0
+		for m := 0; m < 24*60; m++ {
+			h := float64(m) / 60
+			l := s.Load(h)
+			if l < 0 || math.IsNaN(l) {
+				t.Fatalf("%s at %v: load %v", s.Name, h, l)
+			}
+			if l > peakLoad {
+				peakLoad, peakAt = l, h
+			}
+			quiet = math.Min(quiet, l)
+		}
+		near := false
+		for _, p := range s.PeakHours {
+			near = near || math.Abs(peakAt-p) < 1
+		}
+		if !near {
+			t.Errorf("%s peaks at %.1fh, want near one of %v", s.Name, peakAt, s.PeakHours)
+		}
+		if peakLoad < 0.9*s.Peak || peakLoad > 1.1*s.Peak || quiet > 1.1*s.Base {
+			t.Errorf("%s ranges %.0f..%.0f, want about %.0f..%.0f", s.Name, quiet, peakLoad, s.Base, s.Peak)
+		}
+		// The day wraps: 23:59 and 00:00 are neighbours.
+		if d := math.Abs(s.Load(0) - s.Load(23.999)); d > 0.05*s.Peak {
+			t.Errorf("%s jumps by %.1f at midnight", s.Name, d)
+		}
+		// Even at its peak with headroom, a service fits its maximum replicas.
+		if need := math.Ceil(peakLoad * 1.1 * 1.05 / s.Target); need > float64(s.Max) {
+			t.Errorf("%s needs %v replicas at its peak, max is %d", s.Name, need, s.Max)
+		}
+	}
+}
+
+func TestPodLoadSpreadsAndQueues(t *testing.T) {
+	s := Service{Target: 16}
+	if r, w, kv := podLoad(s, 40, 2); r != 20 || w != 0 || kv <= 0 || kv > 1 {
+		t.Fatalf("40 over 2: %v running, %v waiting, kv %v", r, w, kv)
+	}
+	// Beyond twice the target a replica's batch is full and the rest waits.
+	if r, w, kv := podLoad(s, 100, 2); r != 32 || w != 18 || kv != 0.95 {
+		t.Fatalf("100 over 2: %v running, %v waiting, kv %v", r, w, kv)
+	}
+	if r, w, _ := podLoad(s, 10, 0); r != 0 || w != 0 {
+		t.Fatal("no replicas, no load")
+	}
+}
+
+func TestChecksFailClosed(t *testing.T) {
+	tm, _ := newTiming(4)
+	empty := &report{t: tm}
+	failures := empty.check()
+	for _, want := range []string{"no GPU was ever lent", "no best-effort job finished", "never reclaimed", "autoscaler never changed"} {
+		found := false
+		for _, f := range failures {
+			found = found || strings.Contains(f, want)
+		}
+		if !found {
+			t.Errorf("an empty day passes the check %q; failures: %q", want, failures)
+		}
+	}
+
+	good := &report{t: tm, peakLent: 40, finishedJobs: 3, byReclaimer: 2,
+		infWaits:      []time.Duration{time.Second, 2 * time.Second},
+		replicaRanges: []replicaRange{{"chat", 1, 6}}}
+	good.lentGPU.sample(time.Unix(0, 0), 40)
+	good.lentGPU.sample(time.Unix(10, 0), 0)
+	if f := good.check(); len(f) != 0 {
+		t.Fatalf("a good day fails: %q", f)
+	}
+	good.infWaits = append(good.infWaits, tm.reclaimBudget()+time.Second)
+	if f := good.check(); len(f) != 1 || !strings.Contains(f[0], "over the reclaim budget") {
+		t.Fatalf("an inference pod over budget: %q", f)
+	}
+}
