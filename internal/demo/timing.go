@@ -78,6 +78,9 @@ func (t timing) controllerFlags() []string {
 		"--scrape-timeout=" + t.scrapeTimeout.String(),
 		"--sync-period=" + t.scrape.String(),
 		"--forecast-horizon=" + t.horizon.String(),
+		// Evict as soon as a node closes: at this compression the one-second
+		// floors of scraping and grace periods leave no room for a shorter lead.
+		"--reclaim-lead=" + t.horizon.String(),
 		"--trend-window=" + t.trendWindow.String(),
 		"--open-after=" + t.openAfter.String(),
 		"--autoscale-stable-window=" + t.stableWindow.String(),
