@@ -160,6 +160,6 @@ func (r *report) check() []string {
 }
 
 func (r *report) passed() string {
-	return fmt.Sprintf("GPUs were lent and jobs finished, gleaner-controller reclaimed GPUs ahead of demand, "+
+	return fmt.Sprintf("GPUs were lent and jobs finished, gleaner-controller reclaimed GPUs for inference, "+
 		"every inference pod got its GPUs within the %v budget, the autoscaler followed the load, and no process died.", r.t.reclaimBudget())
 }
