@@ -51,8 +51,9 @@ them all.
 deletion_time,scheduled_time, seconds); a job's run time is deletion minus
 scheduled time; rows with no GPU are skipped. Without it, a synthetic job mix
 is generated. Jobs arrive as a backlog: in trace order, whenever the queued
-jobs ask for fewer GPUs than the fleet has, so there is always more
-best-effort work than idle GPUs (the trace's own arrival times are not used;
+jobs ask for fewer GPUs than the fleet has, or lendable GPUs stay free because
+every queued job is too big for them, so there is always more best-effort work
+than idle GPUs, of every size (the trace's own arrival times are not used;
 it is replayed from the start when it runs out). Jobs checkpoint every
 --checkpoint-interval of run time; a preempted job loses the work since its
 last checkpoint and is retried at the back of the queue.

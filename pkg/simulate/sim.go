@@ -49,9 +49,10 @@
 //
 // The job stream is a backlog: jobs are submitted in trace order, with the
 // trace's GPU counts and run times, whenever the GPUs requested by queued jobs
-// fall below the fleet's GPU count, so researchers always have more work
-// queued than the fleet could ever lend; the trace is replayed from its start
-// when it runs out. Jobs checkpoint every CheckpointInterval of run time.
+// fall below the fleet's GPU count, and whenever lendable GPUs stay free
+// because every queued job is too big for them, so researchers always have
+// more work queued than the fleet could ever lend, of every size; the trace is
+// replayed from its start when it runs out. Jobs checkpoint every CheckpointInterval of run time.
 package simulate
 
 import (
@@ -667,30 +668,74 @@ func (s *sim) refill() {
 		target = s.fleetGPUs
 	}
 	for s.queuedGPUs < target && len(s.jobs) > 0 {
-		if s.nextJob == len(s.jobs) {
-			if s.cfg.NoReplay {
-				return
-			}
-			s.nextJob = 0
+		if s.nextJob == len(s.jobs) && s.cfg.NoReplay {
+			return
 		}
-		job := s.jobs[s.nextJob]
-		name := job.Name
-		if round := s.submissions / len(s.jobs); round > 0 {
-			name = fmt.Sprintf("%s-r%d", job.Name, round)
-		}
-		s.nextJob++
-		s.submissions++
-		if job.GPUs > s.cfg.GPUsPerNode {
-			continue // fits on no node
-		}
-		s.queue = append(s.queue, &simJob{Job: job, name: name, node: -1})
-		s.queuedGPUs += job.GPUs
+		s.submit()
 	}
 }
 
-// schedule places queued jobs as gleaner-scheduler would.
+// submit queues the trace's next job (replaying the trace from its start when
+// it runs out, unless NoReplay) and returns it; nil when nothing was queued.
+func (s *sim) submit() *simJob {
+	if s.nextJob == len(s.jobs) {
+		if s.cfg.NoReplay {
+			return nil
+		}
+		s.nextJob = 0
+	}
+	job := s.jobs[s.nextJob]
+	name := job.Name
+	if round := s.submissions / len(s.jobs); round > 0 {
+		name = fmt.Sprintf("%s-r%d", job.Name, round)
+	}
+	s.nextJob++
+	s.submissions++
+	if job.GPUs > s.cfg.GPUsPerNode {
+		return nil // fits on no node
+	}
+	j := &simJob{Job: job, name: name, node: -1}
+	s.queue = append(s.queue, j)
+	s.queuedGPUs += job.GPUs
+	return j
+}
+
+// schedule places queued jobs as gleaner-scheduler would. When lendable GPUs
+// stay free because every queued job is too big for them, more jobs are
+// submitted until one fits: the backlog holds work of every size, so a queue
+// of whole-node jobs does not keep smaller work off the GPUs.
 func (s *sim) schedule(t time.Duration) {
 	s.refill()
+	for s.place(t) && s.submitFitting(s.largestHole()) {
+	}
+}
+
+// largestHole is the most GPUs one more job could take on a single open node.
+func (s *sim) largestHole() int64 {
+	var hole int64
+	for i := range s.nodes {
+		n, v := &s.nodes[i], s.verdicts[i]
+		if v.State == api.HarvestOpen {
+			hole = max(hole, min(v.HarvestableGPUs-n.lent, n.alloc-n.inference-n.lent))
+		}
+	}
+	return hole
+}
+
+// submitFitting submits jobs in trace order until one of at most gpus GPUs is
+// queued, and reports whether one was (trying the trace once round at most).
+func (s *sim) submitFitting(gpus int64) bool {
+	for tries := 0; gpus > 0 && tries < len(s.jobs); tries++ {
+		if j := s.submit(); j != nil && j.GPUs <= gpus {
+			return true
+		}
+	}
+	return false
+}
+
+// place runs one pass over the queue and reports whether a queued job found
+// no node.
+func (s *sim) place(t time.Duration) bool {
 	minFail := int64(math.MaxInt64)
 	placed := false
 	for qi, j := range s.queue {
@@ -738,6 +783,7 @@ func (s *sim) schedule(t time.Duration) {
 		clear(s.queue[len(kept):])
 		s.queue = kept
 	}
+	return minFail != math.MaxInt64
 }
 
 func (s *sim) account(t, dt time.Duration) {
