@@ -54,6 +54,14 @@ func TestAccounting(t *testing.T) {
 		rates: []float64{10, 10}, jobs: []Job{{Name: "a", GPUs: 4, Work: time.Hour}},
 		want: want{idle: 8, harvested: 4, fraction: 0.5, serving: 8, started: 1, completed: 1},
 	}, {
+		// The queue first takes the 8-GPU job (it asks for the fleet's 8 GPUs, the
+		// backlog's target), which never fits the 4 lendable GPUs. Those GPUs stay
+		// free, so the 2-GPU job behind it is submitted too, and runs 120..3720 s:
+		// harvested 2 GPU-h of 8 idle, fraction 0.25.
+		name: "a job too big for the free GPUs does not keep smaller work off them", policy: Continuous,
+		rates: []float64{10, 10}, jobs: []Job{{Name: "whole-node", GPUs: 8, Work: time.Hour}, {Name: "small", GPUs: 2, Work: time.Hour}},
+		want: want{idle: 8, harvested: 2, fraction: 0.25, serving: 8, started: 1, completed: 1},
+	}, {
 		// No lending: idle as above, nothing harvested.
 		name: "none", policy: None,
 		rates: []float64{10, 10}, jobs: []Job{{Name: "a", GPUs: 4, Work: time.Hour}},
