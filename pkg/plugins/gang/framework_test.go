@@ -141,6 +141,10 @@ func newGangEnv(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods, assumed
 	client := fake.NewClientset(objs...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	informerFactory.Core().V1().Pods().Informer() // the plugin lists members from it
+	// As in a running scheduler, pods are known before the plugin's PodGroup
+	// informer delivers its first events (which wake the groups' pending members).
+	informerFactory.Start(ctx.Done())
+	informerFactory.WaitForCacheSync(ctx.Done())
 	var pgObjs []runtime.Object
 	for _, pg := range groups {
 		pgObjs = append(pgObjs, pg)
@@ -172,8 +176,6 @@ func newGangEnv(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods, assumed
 		t.Fatal(err)
 	}
 	env.fw = fw
-	informerFactory.Start(ctx.Done())
-	informerFactory.WaitForCacheSync(ctx.Done())
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pg := range groups {
 		for {
