@@ -94,7 +94,8 @@ func (s Service) Target() float64 {
 //
 //	planned = max(load of known replicas, ForecastLoad) x (1 + Margin)
 //	needed  = ceil(planned / target) + unknown replicas
-//	and, if any replica has waiting requests or is unknown, at least current + 1
+//	and, if any replica is unknown, or has waiting requests while no replica is
+//	starting, at least current + 1
 //
 // A replica whose metrics are missing, stale or malformed counts as saturated
 // (fail closed): its service keeps room for one more replica.
@@ -102,12 +103,13 @@ func Assess(s Service) Need {
 	target := s.Target()
 	n := Need{Service: s.Name, Current: len(s.Replicas), GPUsPerReplica: s.GPUsPerReplica, Target: target}
 	var load float64
-	var unknown, waiting int
+	var unknown, waiting, starting int
 	for _, r := range s.Replicas {
 		if s.GPUsPerReplica <= 0 {
 			n.GPUsPerReplica = max(n.GPUsPerReplica, r.GPUs)
 		}
 		if r.Starting && !r.Known {
+			starting++
 			continue
 		}
 		if !r.Known {
@@ -130,7 +132,9 @@ func Assess(s Service) Need {
 	case unknown > 0:
 		n.Needed = max(n.Needed, n.Current+1)
 		n.Reason = fmt.Sprintf("%d of %d replicas have no fresh metrics", unknown, n.Current)
-	case waiting > 0:
+	case waiting > 0 && starting == 0:
+		// A replica already starting is the one more the waiting requests ask
+		// for: they move to it once it serves, so no further room is kept.
 		n.Needed = max(n.Needed, n.Current+1)
 		n.Reason = fmt.Sprintf("%d replicas have waiting requests", waiting)
 	case n.Needed > n.Current && s.ForecastLoad > load:

@@ -49,6 +49,13 @@ func TestAssess(t *testing.T) {
 			wantCurrent: 2, wantNeeded: 3, wantSpare: 1, wantGPUs: 1,
 		},
 		{
+			name: "waiting requests while a replica starts: that replica is the one more",
+			// load 3 -> ceil(3/10)=1; the starting replica counts in current (3), so no
+			// further room is kept for the waiting request.
+			svc:         Service{Name: "s", TargetLoad: 10, Replicas: []Replica{known(1, 1, 1), known(1, 0, 1), starting(1)}},
+			wantCurrent: 3, wantNeeded: 1, wantSpare: 0, wantGPUs: 1,
+		},
+		{
 			name: "waiting requests do not lower a larger load-based need",
 			// load 50 -> 5 > current+1 = 2.
 			svc:         Service{Name: "s", TargetLoad: 10, Replicas: []Replica{known(20, 30, 1)}},

@@ -183,12 +183,29 @@ func TestAutoscaledServiceLendsAndReclaims(t *testing.T) {
 
 	t.Run("returning load evicts just enough, gracefully, in time", func(t *testing.T) {
 		env := env.in(t)
-		// What the forecast will ask for: the load now or this hour's learned peak
-		// (56 if the controller saw the day's load, less if not), plus the margin,
-		// in 4-GPU replicas beyond the one running; each takes one 4-GPU lent pod.
+		// At least what the load now or this hour's learned peak asks for (56 if
+		// the controller saw the day's load, less if not), plus the margin, in
+		// 4-GPU replicas beyond the one running; each takes one 4-GPU lent pod.
+		// At most what the controller's own forecast asked for while the load
+		// rose: its trend may add a replica, and evicting for it is the policy.
 		const newLoad = 40
+		replicasFor := func(load float64) int {
+			return min(int(math.Ceil(load*(1+headroomMargin)/demand.DefaultTargetLoad))-1, len(lent))
+		}
 		peak := math.Max(newLoad, env.profile().HourPeak)
-		wantEvicted := min(int(math.Ceil(peak*(1+headroomMargin)/demand.DefaultTargetLoad))-1, len(lent))
+		wantEvicted := replicasFor(peak)
+		controller.RegisterMetrics() // unregistered metrics record nothing
+		var forecastMax atomic.Uint64 // float64 bits of the highest forecast seen
+		watchCtx, stopWatching := context.WithCancel(env.ctx)
+		defer stopWatching()
+		go func() {
+			for watchCtx.Err() == nil {
+				if v, err := gathered("gleaner_demand_forecast_load", map[string]string{"namespace": servingNS, "service": "chat"}); err == nil && v > math.Float64frombits(forecastMax.Load()) {
+					forecastMax.Store(math.Float64bits(v))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
 		start := time.Now()
 		total.set(newLoad) // three replicas' worth: two more replicas, 8 of the 12 lent GPUs
 		eventually(t, 30*time.Second, "three chat replicas bound", func(context.Context) (bool, error) {
@@ -222,8 +239,12 @@ func TestAutoscaledServiceLendsAndReclaims(t *testing.T) {
 				preempted = append(preempted, name)
 			}
 		}
-		if len(reclaimed) != wantEvicted {
-			t.Fatalf("gleaner-controller evicted %v; a forecast peak of %.0f needs exactly %d 4-GPU pods", reclaimed, peak, wantEvicted)
+		stopWatching()
+		forecast := math.Float64frombits(forecastMax.Load())
+		mostEvicted := max(wantEvicted, replicasFor(forecast))
+		t.Logf("gleaner-controller evicted %v: the load and learned peak (%.0f) need %d 4-GPU pods, its highest forecast (%.1f) %d", reclaimed, peak, wantEvicted, forecast, mostEvicted)
+		if len(reclaimed) < wantEvicted || len(reclaimed) > mostEvicted {
+			t.Fatalf("gleaner-controller evicted %d pods %v, want %d to %d", len(reclaimed), reclaimed, wantEvicted, mostEvicted)
 		}
 		if len(preempted) > 0 {
 			t.Fatalf("%v preempted by the scheduler although gleaner-controller's victims were already returning enough GPUs", preempted)

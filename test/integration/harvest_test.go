@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -526,9 +527,18 @@ func evictedWithGrace(t *testing.T, env *harvestEnv, before map[string]int64) {
 // in-process metrics registry that gleaner-scheduler serves.
 func gatheredValue(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
+	v, err := gathered(name, labels)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// gathered reads a counter or gauge from the process's metrics registry.
+func gathered(name string, labels map[string]string) (float64, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, err
 	}
 	for _, mf := range families {
 		if mf.GetName() != name {
@@ -542,11 +552,10 @@ func gatheredValue(t *testing.T, name string, labels map[string]string) float64 
 				}
 			}
 			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
+				return m.GetCounter().GetValue(), nil
 			}
-			return m.GetGauge().GetValue()
+			return m.GetGauge().GetValue(), nil
 		}
 	}
-	t.Fatalf("metric %s%v not found in the registry", name, labels)
-	return 0
+	return 0, fmt.Errorf("metric %s%v not found in the registry", name, labels)
 }
