@@ -59,30 +59,36 @@ func TestWindowsAcrossMidnight(t *testing.T) {
 	}
 }
 
+// onePoolNode is the one pool node "n" of the gate tests, with 8 GPUs, lent of them lent.
+func onePoolNode(lent int64) []Node {
+	return []Node{{Name: "n", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: lent}}
+}
+
+// gatePlan is a plan that offers harvestable GPUs on "n".
+func gatePlan(harvestable int64) Plan {
+	return Plan{Nodes: map[string]NodePlan{"n": {Verdict: Verdict{State: api.HarvestOpen, HarvestableGPUs: harvestable}}}}
+}
+
+// gateStep is one round of a gate test and the verdict it must give.
+type gateStep struct {
+	after     time.Duration // since t0
+	planned   int64
+	lent      int64
+	wantGPUs  int64
+	wantState api.HarvestState
+}
+
 func TestGateHysteresis(t *testing.T) {
 	t0 := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
-	node := func(lent int64) []Node {
-		return []Node{{Name: "n", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: lent}}
-	}
-	plan := func(harvestable int64) Plan {
-		return Plan{Nodes: map[string]NodePlan{"n": {Verdict: Verdict{State: api.HarvestOpen, HarvestableGPUs: harvestable}}}}
-	}
-	type step struct {
-		after     time.Duration // since t0
-		planned   int64
-		lent      int64
-		wantGPUs  int64
-		wantState api.HarvestState
-	}
 	tests := []struct {
 		name      string
 		openAfter time.Duration
 		published int64
-		steps     []step
+		steps     []gateStep
 	}{
 		{
 			name: "a fresh node opens only after OpenAfter of spare capacity", openAfter: time.Minute,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 0, 0, api.HarvestClosed},
 				{30 * time.Second, 8, 0, 0, api.HarvestClosed},
 				{59 * time.Second, 8, 0, 0, api.HarvestClosed},
@@ -91,7 +97,7 @@ func TestGateHysteresis(t *testing.T) {
 		},
 		{
 			name: "draining starts at once, reopening waits again", openAfter: time.Minute, published: 8,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 8, 8, api.HarvestOpen},
 				{10 * time.Second, 4, 8, 4, api.HarvestDraining},
 				{20 * time.Second, 8, 4, 4, api.HarvestOpen},
@@ -101,7 +107,7 @@ func TestGateHysteresis(t *testing.T) {
 		},
 		{
 			name: "a flapping plan keeps the lowest offer", openAfter: time.Minute, published: 4,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 0, 4, api.HarvestOpen},
 				{20 * time.Second, 2, 0, 2, api.HarvestOpen},
 				{40 * time.Second, 8, 0, 2, api.HarvestOpen},
@@ -113,14 +119,14 @@ func TestGateHysteresis(t *testing.T) {
 		{
 			name:      "after a restart the published verdict stands, no more",
 			openAfter: time.Minute, published: 4,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 4, 4, api.HarvestOpen},
 				{61 * time.Second, 8, 4, 8, api.HarvestOpen},
 			},
 		},
 		{
 			name: "no hysteresis: the plan is published as is", openAfter: 0,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 0, 8, api.HarvestOpen},
 				{time.Second, 2, 4, 2, api.HarvestDraining},
 				{2 * time.Second, 8, 2, 8, api.HarvestOpen},
@@ -132,7 +138,7 @@ func TestGateHysteresis(t *testing.T) {
 			g := &Gate{OpenAfter: tt.openAfter}
 			published := map[string]int64{"n": tt.published}
 			for _, s := range tt.steps {
-				got := g.Apply(t0.Add(s.after), node(s.lent), plan(s.planned), published).Nodes["n"]
+				got := g.Apply(t0.Add(s.after), onePoolNode(s.lent), gatePlan(s.planned), published).Nodes["n"]
 				published["n"] = got.HarvestableGPUs
 				if got.HarvestableGPUs != s.wantGPUs || got.State != s.wantState {
 					t.Fatalf("at +%v (planned %d, lent %d): %s with %d harvestable, want %s with %d", s.after, s.planned, s.lent, got.State, got.HarvestableGPUs, s.wantState, s.wantGPUs)
@@ -206,29 +212,16 @@ func TestPlanFragmentedNodes(t *testing.T) {
 // without a drain).
 func TestGateFlapDamping(t *testing.T) {
 	t0 := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
-	node := func(lent int64) []Node {
-		return []Node{{Name: "n", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: lent}}
-	}
-	plan := func(harvestable int64) Plan {
-		return Plan{Nodes: map[string]NodePlan{"n": {Verdict: Verdict{State: api.HarvestOpen, HarvestableGPUs: harvestable}}}}
-	}
-	type step struct {
-		after     time.Duration // since t0
-		planned   int64
-		lent      int64
-		wantGPUs  int64
-		wantState api.HarvestState
-	}
 	s := time.Second
 	tests := []struct {
 		name      string
 		backoff   int
 		published int64
-		steps     []step
+		steps     []gateStep
 	}{
 		{
 			name: "each drain doubles the open-after up to the cap, and it relaxes", backoff: 4, published: 8,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 8, 8, api.HarvestOpen},
 				// Drain 1 at 10 s: open-after 2 m.
 				{10 * s, 4, 8, 4, api.HarvestDraining},
@@ -258,7 +251,7 @@ func TestGateFlapDamping(t *testing.T) {
 		},
 		{
 			name: "a fall that takes no lent GPU back is no drain", backoff: 4, published: 8,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 2, 8, api.HarvestOpen},
 				{10 * s, 4, 2, 4, api.HarvestOpen},
 				{20 * s, 8, 2, 4, api.HarvestOpen},
@@ -267,7 +260,7 @@ func TestGateFlapDamping(t *testing.T) {
 		},
 		{
 			name: "backoff 1 is no damping", backoff: 1, published: 8,
-			steps: []step{
+			steps: []gateStep{
 				{0, 8, 8, 8, api.HarvestOpen},
 				{10 * s, 4, 8, 4, api.HarvestDraining},
 				{20 * s, 8, 4, 4, api.HarvestOpen},
@@ -279,7 +272,7 @@ func TestGateFlapDamping(t *testing.T) {
 			// A restart finds the node lending 8 while it publishes 4: it counts
 			// one drain, so 8 opens 2 m after the 4 offered until 10 s.
 			name: "after a restart a draining node counts one drain", backoff: 4, published: 4,
-			steps: []step{
+			steps: []gateStep{
 				{0, 4, 8, 4, api.HarvestDraining},
 				{10 * s, 8, 4, 4, api.HarvestOpen},
 				{129 * s, 8, 4, 4, api.HarvestOpen},
@@ -292,7 +285,7 @@ func TestGateFlapDamping(t *testing.T) {
 			g := &Gate{OpenAfter: time.Minute, BackoffLimit: tt.backoff}
 			published := map[string]int64{"n": tt.published}
 			for _, st := range tt.steps {
-				got := g.Apply(t0.Add(st.after), node(st.lent), plan(st.planned), published).Nodes["n"]
+				got := g.Apply(t0.Add(st.after), onePoolNode(st.lent), gatePlan(st.planned), published).Nodes["n"]
 				published["n"] = got.HarvestableGPUs
 				if got.HarvestableGPUs != st.wantGPUs || got.State != st.wantState {
 					t.Fatalf("at +%v (planned %d, lent %d): %s with %d harvestable, want %s with %d", st.after, st.planned, st.lent, got.State, got.HarvestableGPUs, st.wantState, st.wantGPUs)
