@@ -194,7 +194,7 @@ func TestAutoscaledServiceLendsAndReclaims(t *testing.T) {
 		}
 		peak := math.Max(newLoad, env.profile().HourPeak)
 		wantEvicted := replicasFor(peak)
-		controller.RegisterMetrics() // unregistered metrics record nothing
+		controller.RegisterMetrics()  // unregistered metrics record nothing
 		var forecastMax atomic.Uint64 // float64 bits of the highest forecast seen
 		watchCtx, stopWatching := context.WithCancel(env.ctx)
 		defer stopWatching()
