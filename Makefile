@@ -52,7 +52,7 @@ bench-scheduler:
 # KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
 # process) through a day of inference traffic compressed into DEMO_MINUTES.
 # Logs land in bin/demo/<timestamp>/. See docs/demo.md.
-DEMO_MINUTES ?= 4
+DEMO_MINUTES ?= 3
 demo: build tools
 	$(GO) run ./hack/demo --minutes=$(DEMO_MINUTES)
 
