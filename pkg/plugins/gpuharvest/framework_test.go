@@ -15,17 +15,14 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
-	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
+	"github.com/gleaner-dev/gleaner/internal/plugintest"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
@@ -66,19 +63,6 @@ func onNode(node string, pods ...*v1.Pod) []*v1.Pod {
 	return out
 }
 
-// withArgs sets a plugin's args in the profile's pluginConfig.
-func withArgs(name string, args runtime.Object) tf.RegisterPluginFunc {
-	return func(_ *frameworkruntime.Registry, profile *schedulerapi.KubeSchedulerProfile) {
-		for i := range profile.PluginConfig {
-			if profile.PluginConfig[i].Name == name {
-				profile.PluginConfig[i].Args = args
-				return
-			}
-		}
-		profile.PluginConfig = append(profile.PluginConfig, schedulerapi.PluginConfig{Name: name, Args: args})
-	}
-}
-
 // newFramework builds a profile of PrioritySort, NodeResourcesFit, GPUHarvest
 // and DefaultBinder over a fake clientset holding lease, and waits until the
 // plugin has seen the lease (or its absence). It returns the framework and the
@@ -101,19 +85,10 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 		}
 		return p, err
 	}
-	fitArgs := &schedulerapi.NodeResourcesFitArgs{ScoringStrategy: &schedulerapi.ScoringStrategy{
-		Type:      schedulerapi.LeastAllocated,
-		Resources: []schedulerapi.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}},
-	}}
-	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "PreFilter", "Filter"),
-		withArgs(noderesources.Name, fitArgs),
+	fw, err := tf.NewFramework(ctx, append(plugintest.Upstream(),
 		tf.RegisterPluginAsExtensions(Name, factory, "PreFilter", "Filter", "PreScore", "Score"),
-		// Raw JSON, as a KubeSchedulerConfiguration file hands it over.
-		withArgs(Name, &runtime.Unknown{Raw: []byte(args), ContentType: runtime.ContentTypeJSON}),
-	}, "gleaner-scheduler",
+		plugintest.WithArgs(Name, plugintest.RawArgs(args)),
+	), "gleaner-scheduler",
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informerFactory),
 		frameworkruntime.WithSnapshotSharedLister(internalcache.NewSnapshot(pods, nodes)),

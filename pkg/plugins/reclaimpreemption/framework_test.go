@@ -19,19 +19,15 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
-	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gleaner-dev/gleaner/internal/plugintest"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
@@ -105,24 +101,10 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 		}
 		return p, err
 	}
-	fitArgs := &schedulerapi.NodeResourcesFitArgs{ScoringStrategy: &schedulerapi.ScoringStrategy{
-		Type:      schedulerapi.LeastAllocated,
-		Resources: []schedulerapi.ResourceSpec{{Name: "cpu", Weight: 1}},
-	}}
 	snapshot := internalcache.NewSnapshot(pods, nodes)
-	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "PreFilter", "Filter"),
-		func(_ *frameworkruntime.Registry, profile *schedulerapi.KubeSchedulerProfile) {
-			for i := range profile.PluginConfig {
-				if profile.PluginConfig[i].Name == noderesources.Name {
-					profile.PluginConfig[i].Args = fitArgs
-				}
-			}
-		},
+	fw, err := tf.NewFramework(ctx, append(plugintest.Upstream(),
 		tf.RegisterPluginAsExtensions(Name, factory, "PostFilter"),
-	}, "gleaner-scheduler",
+	), "gleaner-scheduler",
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
 		frameworkruntime.WithInformerFactory(informerFactory),
