@@ -31,6 +31,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/internal/vllmsim"
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
@@ -555,14 +556,14 @@ func (s *scenario) sample(now time.Time) row {
 	}
 	nodes, _ := s.nodes.List(labels.Everything())
 	for _, n := range nodes {
-		if n.Labels[api.LabelHarvest] == string(api.HarvestOpen) {
-			r.open++
+		v, err := harvest.ReadNode(n)
+		if err != nil {
+			continue // read as closed, as the scheduler does
 		}
-		if v, err := strconv.Atoi(n.Annotations[api.AnnotationHarvestableGPUs]); err == nil {
-			r.harvestable += int64(v)
-			if n.Labels[api.LabelHarvest] == string(api.HarvestOpen) {
-				r.spareOpen += max(0, int64(v)-lentOn[n.Name])
-			}
+		r.harvestable += v.HarvestableGPUs
+		if v.State == api.HarvestOpen {
+			r.open++
+			r.spareOpen += max(0, v.HarvestableGPUs-lentOn[n.Name])
 		}
 	}
 	r.idle = s.rep.gpus - r.serving - r.lent

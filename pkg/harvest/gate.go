@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 // Window is a daily span of time, in minutes after midnight, during which GPUs
@@ -245,7 +243,7 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 			st.since = now
 		}
 		st.effective = effective
-		out.Nodes[n.Name] = withHarvestable(np, n.LentGPUs, effective)
+		out.Nodes[n.Name] = planFor(np.HeadroomGPUs, n.LentGPUs, effective)
 	}
 	for name := range g.nodes {
 		if !seen[name] {
@@ -298,21 +296,4 @@ func (g *Gate) effective(st *gateNode, now time.Time, planned int64) int64 {
 		}
 	}
 	return effective
-}
-
-// withHarvestable sets a node's harvestable GPUs and derives its state as
-// MakePlan does.
-func withHarvestable(np NodePlan, lent, harvestable int64) NodePlan {
-	np.HarvestableGPUs = harvestable
-	np.ReclaimGPUs = 0
-	switch {
-	case lent > harvestable:
-		np.State = api.HarvestDraining
-		np.ReclaimGPUs = lent - harvestable
-	case harvestable == 0:
-		np.State = api.HarvestClosed
-	default:
-		np.State = api.HarvestOpen
-	}
-	return np
 }

@@ -48,10 +48,49 @@ func ReadNode(node *v1.Node) (Verdict, error) {
 	return v, nil
 }
 
+// Fit says whether a best-effort pod fits on a node under its verdict, and if not, why.
+type Fit int
+
+const (
+	// Fits: the node is open and its harvestable GPUs, minus those lent there, cover the pod.
+	Fits Fit = iota
+	// NotOpen: the node lends nothing new (draining or closed).
+	NotOpen
+	// NotEnoughGPUs: open, but too few harvestable GPUs are left.
+	NotEnoughGPUs
+)
+
+// Fit is the harvest check of a best-effort pod asking for gpus on a node
+// where best-effort pods already hold lent GPUs (the pods just assumed there
+// included): the node must be open and lent + gpus <= harvestable.
+// GPUHarvest's Filter and the simulator's scheduler both ask it.
+func (v Verdict) Fit(lent, gpus int64) Fit {
+	switch {
+	case v.State != api.HarvestOpen:
+		return NotOpen
+	case lent+gpus > v.HarvestableGPUs:
+		return NotEnoughGPUs
+	}
+	return Fits
+}
+
 // PublishedOn reports whether node already carries exactly this verdict.
 func (v Verdict) PublishedOn(node *v1.Node) bool {
 	return node.Labels[api.LabelHarvest] == string(v.State) &&
 		node.Annotations[api.AnnotationHarvestableGPUs] == strconv.FormatInt(v.HarvestableGPUs, 10)
+}
+
+// SetOn writes the verdict into a Node object, as MergePatch would on the
+// server (for objects built before they are created, e.g. in tests and benchmarks).
+func (v Verdict) SetOn(node *v1.Node) {
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Labels[api.LabelHarvest] = string(v.State)
+	node.Annotations[api.AnnotationHarvestableGPUs] = strconv.FormatInt(v.HarvestableGPUs, 10)
 }
 
 // MergePatch is the JSON merge patch that publishes the verdict on a Node.
@@ -61,4 +100,23 @@ func (v Verdict) MergePatch() []byte {
 		"annotations": map[string]string{api.AnnotationHarvestableGPUs: strconv.FormatInt(v.HarvestableGPUs, 10)},
 	}})
 	return patch
+}
+
+// planFor is a node's plan once its harvestable GPUs are decided; its state and
+// the GPUs it must take back follow from the GPUs lent there:
+//
+//	draining (reclaim lent - harvestable) when lent > harvestable
+//	closed when nothing is harvestable, open otherwise
+func planFor(headroom, lent, harvestable int64) NodePlan {
+	np := NodePlan{HeadroomGPUs: headroom, Verdict: Verdict{HarvestableGPUs: harvestable}}
+	switch {
+	case lent > harvestable:
+		np.State = api.HarvestDraining
+		np.ReclaimGPUs = lent - harvestable
+	case harvestable == 0:
+		np.State = api.HarvestClosed
+	default:
+		np.State = api.HarvestOpen
+	}
+	return np
 }

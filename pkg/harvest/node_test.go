@@ -219,3 +219,35 @@ func TestMergePatchRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestVerdictFit(t *testing.T) {
+	open4 := Verdict{State: api.HarvestOpen, HarvestableGPUs: 4}
+	tests := []struct {
+		name       string
+		v          Verdict
+		lent, gpus int64
+		want       Fit
+	}{
+		{"fits exactly", open4, 1, 3, Fits},
+		{"one GPU too many", open4, 2, 3, NotEnoughGPUs},
+		{"draining lends nothing new", Verdict{State: api.HarvestDraining, HarvestableGPUs: 8}, 0, 1, NotOpen},
+		{"closed", Closed, 0, 1, NotOpen},
+		{"a pod asking for no GPU still needs an open node", Closed, 0, 0, NotOpen},
+	}
+	for _, tt := range tests {
+		if got := tt.v.Fit(tt.lent, tt.gpus); got != tt.want {
+			t.Errorf("%s: Fit(%d, %d) = %d, want %d", tt.name, tt.lent, tt.gpus, got, tt.want)
+		}
+	}
+}
+
+func TestSetOnReadsBack(t *testing.T) {
+	for _, v := range []Verdict{{State: api.HarvestOpen, HarvestableGPUs: 6}, {State: api.HarvestDraining, HarvestableGPUs: 2}, Closed} {
+		n := &v1.Node{}
+		v.SetOn(n)
+		got, err := ReadNode(n)
+		if err != nil || got != v || !v.PublishedOn(n) {
+			t.Errorf("SetOn(%+v): read back %+v, %v", v, got, err)
+		}
+	}
+}

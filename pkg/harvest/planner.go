@@ -5,8 +5,6 @@ package harvest
 
 import (
 	"sort"
-
-	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 // Node is the planner's view of one node.
@@ -59,7 +57,7 @@ type Plan struct {
 // free GPUs can hold it, preferring (1) a node where it fits without reclaiming lent
 // GPUs, (2) a node already hosting inference, so whole idle nodes stay lendable,
 // (3) the tightest fit. The verdict is draining when lent GPUs exceed harvestable
-// ones, closed when nothing is harvestable, open otherwise. Nodes outside the pool,
+// ones, closed when nothing is harvestable, open otherwise (planFor). Nodes outside the pool,
 // unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
 func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	plan := Plan{Nodes: make(map[string]NodePlan, len(nodes))}
@@ -108,18 +106,7 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	}
 
 	for _, h := range lendable {
-		n, harvestable := h.Node, h.spare
-		np := NodePlan{HeadroomGPUs: h.placed, Verdict: Verdict{HarvestableGPUs: harvestable}}
-		switch {
-		case n.LentGPUs > harvestable:
-			np.State = api.HarvestDraining
-			np.ReclaimGPUs = n.LentGPUs - harvestable
-		case harvestable == 0:
-			np.State = api.HarvestClosed
-		default:
-			np.State = api.HarvestOpen
-		}
-		plan.Nodes[n.Name] = np
+		plan.Nodes[h.Name] = planFor(h.placed, h.LentGPUs, h.spare)
 	}
 	return plan
 }

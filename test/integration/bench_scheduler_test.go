@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	gleanerscheduler "github.com/gleaner-dev/gleaner/pkg/scheduler"
 )
 
@@ -127,9 +128,9 @@ func keepLeaseFresh(ctx context.Context, t *testing.T, client kubernetes.Interfa
 func createOpenNodes(t *testing.T, client kubernetes.Interface, n int) {
 	t.Helper()
 	parallel(t, n, func(i int) error {
-		return registerGPUNode(context.Background(), client, fmt.Sprintf("node-%05d", i), 8,
-			map[string]string{api.LabelPool: api.PoolInference, api.LabelHarvest: string(api.HarvestOpen)},
-			map[string]string{api.AnnotationHarvestableGPUs: "8"})
+		meta := &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelPool: api.PoolInference}}}
+		harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: 8}.SetOn(meta)
+		return registerGPUNode(context.Background(), client, fmt.Sprintf("node-%05d", i), 8, meta.Labels, meta.Annotations)
 	})
 }
 

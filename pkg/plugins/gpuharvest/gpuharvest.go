@@ -185,11 +185,11 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
-	if verdict.State != api.HarvestOpen {
+	switch verdict.Fit(pl.lentGPUs(nodeInfo), pl.podGPUs(state, pod)) {
+	case harvest.NotOpen:
 		pl.rejected.notOpen.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen)
-	}
-	if pl.lentGPUs(nodeInfo)+pl.podGPUs(state, pod) > verdict.HarvestableGPUs {
+	case harvest.NotEnoughGPUs:
 		pl.rejected.notEnough.Inc()
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonNotEnoughGPUs)
 	}
