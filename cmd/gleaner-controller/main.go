@@ -24,6 +24,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/version"
 )
 
@@ -45,7 +46,7 @@ func run() error {
 		bindAddress  string
 		windows      string
 		windowZone   string
-		cfg          controller.Config
+		cfg          = controller.Config{Policy: round.DefaultConfig()}
 		le           = controller.DefaultLeaderElection()
 		fs           = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
 		klogFlags    = flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -56,21 +57,21 @@ func run() error {
 	fs.StringVar(&gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
 	fs.Float64Var(&cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
 	fs.Float64Var(&cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
-	fs.DurationVar(&cfg.Horizon, "forecast-horizon", demand.DefaultHorizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
-	fs.DurationVar(&cfg.TrendWindow, "trend-window", demand.DefaultTrendWindow, "Recent history the demand trend is fitted to.")
-	fs.Float64Var(&cfg.Margin, "headroom-margin", 0.1, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
-	fs.DurationVar(&cfg.OpenAfter, "open-after", 2*time.Minute, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
-	fs.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", harvest.DefaultBackoffLimit, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
-	fs.DurationVar(&cfg.ReclaimLead, "reclaim-lead", demand.DefaultReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
+	fs.DurationVar(&cfg.Policy.Horizon, "forecast-horizon", cfg.Policy.Horizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
+	fs.DurationVar(&cfg.Policy.TrendWindow, "trend-window", cfg.Policy.TrendWindow, "Recent history the demand trend is fitted to.")
+	fs.Float64Var(&cfg.Policy.Margin, "headroom-margin", cfg.Policy.Margin, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
+	fs.DurationVar(&cfg.Policy.OpenAfter, "open-after", cfg.Policy.OpenAfter, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
+	fs.IntVar(&cfg.Policy.OpenAfterBackoff, "open-after-backoff", cfg.Policy.OpenAfterBackoff, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
+	fs.DurationVar(&cfg.Policy.ReclaimLead, "reclaim-lead", cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
 	fs.StringVar(&windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	fs.StringVar(&windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	fs.BoolVar(&cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
-	fs.DurationVar(&cfg.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
-	fs.DurationVar(&cfg.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
-	fs.Float64Var(&cfg.Autoscale.PanicThreshold, "autoscale-panic-threshold", 2, "Scale out at once when the panic window asks for this many times the current replicas.")
-	fs.IntVar(&cfg.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
-	fs.IntVar(&cfg.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
-	fs.IntVar(&cfg.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
+	fs.DurationVar(&cfg.Policy.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
+	fs.DurationVar(&cfg.Policy.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
+	fs.Float64Var(&cfg.Policy.Autoscale.PanicThreshold, "autoscale-panic-threshold", 2, "Scale out at once when the panic window asks for this many times the current replicas.")
+	fs.IntVar(&cfg.Policy.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
+	fs.IntVar(&cfg.Policy.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
+	fs.IntVar(&cfg.Policy.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
 	fs.DurationVar(&cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
 	fs.StringSliceVar(&cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated; empty for all.")
 	fs.StringVar(&cfg.Metrics.Scheme, "metrics-scheme", "http", "Scheme of the vLLM metrics endpoints: http or https.")
@@ -104,7 +105,7 @@ func run() error {
 		return fmt.Errorf("--pool-selector %q: %w", poolSelector, err)
 	}
 	cfg.PoolSelector = sel
-	if cfg.Windows, err = harvest.ParseWindows(windows, windowZone); err != nil {
+	if cfg.Policy.Windows, err = harvest.ParseWindows(windows, windowZone); err != nil {
 		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", windows, windowZone, err)
 	}
 	if cfg.TargetKVCache <= 0 || cfg.TargetKVCache > 1 {
@@ -113,14 +114,14 @@ func run() error {
 	if cfg.TargetLoad <= 0 {
 		return fmt.Errorf("--target-load %g: must be greater than 0", cfg.TargetLoad)
 	}
-	if cfg.OpenAfter < 0 {
-		return fmt.Errorf("--open-after %v: must not be negative", cfg.OpenAfter)
+	if cfg.Policy.OpenAfter < 0 {
+		return fmt.Errorf("--open-after %v: must not be negative", cfg.Policy.OpenAfter)
 	}
-	if cfg.OpenAfterBackoff < 1 {
-		return fmt.Errorf("--open-after-backoff %d: must be at least 1 (1 switches damping off)", cfg.OpenAfterBackoff)
+	if cfg.Policy.OpenAfterBackoff < 1 {
+		return fmt.Errorf("--open-after-backoff %d: must be at least 1 (1 switches damping off)", cfg.Policy.OpenAfterBackoff)
 	}
-	if cfg.ReclaimLead <= 0 {
-		return fmt.Errorf("--reclaim-lead %v: must be positive", cfg.ReclaimLead)
+	if cfg.Policy.ReclaimLead <= 0 {
+		return fmt.Errorf("--reclaim-lead %v: must be positive", cfg.Policy.ReclaimLead)
 	}
 	cfg.BestEffortPriorityThreshold = &threshold
 	cfg.GPUResource = v1.ResourceName(gpuResource)

@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,10 +29,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
-	"github.com/gleaner-dev/gleaner/pkg/autoscale"
-	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -53,36 +54,11 @@ type Config struct {
 	// TargetKVCache is the KV-cache usage one replica should carry for services
 	// with gleaner.dev/load-metric: kv-cache. Default demand.DefaultTargetKVCache.
 	TargetKVCache float64
-	// Horizon is how far ahead demand is forecast (the reclaim horizon). Default 15m.
-	Horizon time.Duration
-	// TrendWindow is the recent history the trend is fitted to. Default 5m.
-	TrendWindow time.Duration
-	// Margin is the safety margin on forecast load, as a fraction. Zero means the
-	// default 0.1; negative means none.
-	Margin float64
-	// OpenAfter is how long a node's capacity must stay spare before it is lent
-	// (draining is never delayed). Zero lends at once.
-	OpenAfter time.Duration
-	// OpenAfterBackoff damps flapping nodes (harvest.Gate.BackoffLimit): each
-	// time a node must take lent GPUs back, its open-after doubles, up to this
-	// multiple of OpenAfter, and relaxes once the node stays undrained. Zero
-	// means the default harvest.DefaultBackoffLimit; 1 switches damping off.
-	OpenAfterBackoff int
-	// ReclaimLead is how far ahead demand must need lent GPUs before they are
-	// evicted (harvest.Gate.JustInTime); a node stops lending as soon as the
-	// forecast over Horizon needs its GPUs. Zero means the default
-	// demand.DefaultReclaimLead; a lead of at least Horizon evicts at the horizon.
-	ReclaimLead time.Duration
-	// Windows restrict lending to times of day. Default: continuous.
-	Windows harvest.Windows
-	// Autoscale tunes the autoscaler of Deployments annotated gleaner.dev/autoscale: "true".
-	Autoscale autoscale.Config
+	// Policy is the planning round's configuration (forecast, gate, reclaim
+	// lead, autoscaler); the simulator runs the same.
+	Policy round.Config
 	// DisableAutoscale switches the autoscaler off for every Deployment.
 	DisableAutoscale bool
-	// ProfileWriteInterval bounds how often a service's learned profile is
-	// written to its Deployment (it is also written when an hour ends and on
-	// shutdown). Default 5m.
-	ProfileWriteInterval time.Duration
 	// Metrics configures the vLLM metrics informer.
 	Metrics vllm.Options
 	Clock   clock.PassiveClock
@@ -114,35 +90,20 @@ func (c *Config) defaults() {
 	if c.Metrics.Clock == nil {
 		c.Metrics.Clock = c.Clock
 	}
-	if c.Horizon <= 0 {
-		c.Horizon = demand.DefaultHorizon
-	}
-	if c.OpenAfterBackoff <= 0 {
-		c.OpenAfterBackoff = harvest.DefaultBackoffLimit
-	}
-	if c.ReclaimLead <= 0 {
-		c.ReclaimLead = demand.DefaultReclaimLead
-	}
-	if c.ProfileWriteInterval <= 0 {
-		c.ProfileWriteInterval = 5 * time.Minute
-	}
-	if c.Autoscale.MaxReplicas <= 0 {
-		c.Autoscale.MaxReplicas = 64
+	if c.Policy.Autoscale.MaxReplicas <= 0 {
+		c.Policy.Autoscale.MaxReplicas = 64
 	}
 }
 
-func (c *Config) margin() float64 {
-	switch {
-	case c.Margin == 0:
-		return 0.1
-	case c.Margin < 0:
-		return 0
-	default:
-		return c.Margin
-	}
+// loadSource is the services' observed load: the vLLM metrics informer.
+type loadSource interface {
+	Run(ctx context.Context) error
+	HasSynced() bool
+	Snapshot() []vllm.PodLoad
 }
 
-// Controller plans and publishes harvest verdicts and reclaims lent GPUs.
+// Controller observes the cluster, runs the planning round (pkg/round) and
+// acts on its decision: publishes verdicts, evicts, scales, saves profiles.
 type Controller struct {
 	cfg     Config
 	client  kubernetes.Interface
@@ -153,23 +114,31 @@ type Controller struct {
 	// learned profile, and the autoscaler's scale subresource.
 	deployments appslisters.DeploymentLister
 	synced      []cache.InformerSynced
-	load        *vllm.Informer
+	load        loadSource
 	evictor     *reclaim.Evictor
 	broadcast   record.EventBroadcaster
 	recorder    record.EventRecorder
+	planner     *round.Planner
 
-	// Accounting state, touched only by Sync.
+	// State touched only by Sync (and Run after the last Sync).
 	lastSync      time.Time
 	drainingSince map[string]time.Time
 	seenBound     map[types.UID]bool
-	// Demand and planning state, touched only by Sync.
-	services map[string]*service
-	gate     harvest.Gate
+	// served: each service's Deployment in the last round, where it has one.
+	served map[string]*appsv1.Deployment
+	// reported: each service's last set of problems reported as an Event.
+	reported map[string]string
+	// forecastSeries: the services with a forecast load series exported.
+	forecastSeries map[string]bool
 }
 
 // New builds a controller. Nothing runs until Run.
 func New(client kubernetes.Interface, cfg Config) *Controller {
 	cfg.defaults()
+	return newController(client, cfg, vllm.NewInformer(client, cfg.Metrics))
+}
+
+func newController(client kubernetes.Interface, cfg Config, load loadSource) *Controller {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodes := factory.Core().V1().Nodes()
 	pods := factory.Core().V1().Pods()
@@ -184,14 +153,15 @@ func New(client kubernetes.Interface, cfg Config) *Controller {
 		pods:        pods.Lister(),
 		deployments: deployments.Lister(),
 		synced:      []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced},
-		load:        vllm.NewInformer(client, cfg.Metrics),
+		load:        load,
 		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder},
 		broadcast:   broadcast,
 		recorder:    recorder,
+		planner:     round.New(cfg.Policy),
 
 		drainingSince: map[string]time.Time{},
-		services:      map[string]*service{},
-		gate:          harvest.Gate{OpenAfter: cfg.OpenAfter, BackoffLimit: cfg.OpenAfterBackoff, Windows: cfg.Windows},
+		served:        map[string]*appsv1.Deployment{},
+		reported:      map[string]string{},
 	}
 }
 
@@ -225,12 +195,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	}, c.cfg.SyncPeriod)
 	// Keep what was learned since the last write: a restart must not forget it.
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	c.saveProfiles(flushCtx, c.cfg.Clock.Now(), true)
+	now := c.cfg.Clock.Now()
+	c.saveProfiles(flushCtx, now, c.planner.ProfilesDue(now, true))
 	cancel()
 	return <-loadDone
 }
 
-// Sync runs one planning round: observe, plan, publish, reclaim.
+// Sync runs one planning round: observe, plan, act.
 func (c *Controller) Sync(ctx context.Context) error {
 	start := c.cfg.Clock.Now()
 	err := c.sync(ctx)
@@ -242,129 +213,121 @@ func (c *Controller) Sync(ctx context.Context) error {
 }
 
 func (c *Controller) sync(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
+	now := c.cfg.Clock.Now()
+	obs, nodes, pods, problems, err := c.observe(ctx, now)
+	if err != nil {
+		return err
+	}
+	c.account(now, pods, obs.Nodes)
+	d := c.planner.Plan(obs)
+	c.observePlan(now, obs.Nodes, d)
+	for _, s := range d.Services {
+		c.report(s.Key, append(problems[s.Key], s.Problems...))
+	}
+	return c.act(ctx, now, nodes, d)
+}
+
+// observe turns the listers and the metrics informer's snapshot into the
+// round's Observation. problems are each service's annotation problems.
+func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observation, []*v1.Node, []*v1.Pod, map[string][]string, error) {
+	obs := round.Observation{Now: now, Published: map[string]int64{}}
 	nodeList, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
+		return obs, nil, nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	podList, err := c.pods.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+		return obs, nil, nil, nil, fmt.Errorf("listing pods: %w", err)
 	}
+	sort.Slice(nodeList, func(i, j int) bool { return nodeList[i].Name < nodeList[j].Name })
 	threshold := *c.cfg.BestEffortPriorityThreshold
-	now := c.cfg.Clock.Now()
 
-	byNode := map[string]*harvest.Node{}
-	var planned []harvest.Node
-	published := map[string]int64{}
+	index := make(map[string]int, len(nodeList))
 	var largestNodeGPUs int64
-	for _, n := range nodeList {
+	for i, n := range nodeList {
 		gpus := n.Status.Allocatable[c.cfg.GPUResource]
-		byNode[n.Name] = &harvest.Node{
+		hn := harvest.Node{
 			Name:            n.Name,
 			InPool:          c.cfg.PoolSelector.Matches(labels.Set(n.Labels)),
 			Schedulable:     !n.Spec.Unschedulable && nodeReady(n),
 			AllocatableGPUs: gpus.Value(),
 		}
-		if byNode[n.Name].InPool {
+		if hn.InPool {
 			largestNodeGPUs = max(largestNodeGPUs, gpus.Value())
 		}
 		if v, err := harvest.ReadNode(n); err == nil {
-			published[n.Name] = v.HarvestableGPUs
+			obs.Published[n.Name] = v.HarvestableGPUs
 		}
+		index[n.Name] = i
+		obs.Nodes = append(obs.Nodes, hn)
 	}
-	var candidates []reclaim.Candidate
+	var bestEffort []*v1.Pod
 	for _, p := range podList {
-		n, ok := byNode[p.Spec.NodeName]
+		i, ok := index[p.Spec.NodeName]
 		if !ok || !api.HoldsResources(p) {
 			continue
 		}
+		n := &obs.Nodes[i]
 		gpus := api.PodGPUs(p, c.cfg.GPUResource)
-		switch {
-		case api.IsBestEffort(p, threshold):
+		if api.IsBestEffort(p, threshold) {
 			n.LentGPUs += gpus
-			candidates = append(candidates, reclaim.NewCandidate(p, c.cfg.GPUResource, now))
-		default:
+			bestEffort = append(bestEffort, p)
+		} else {
 			n.ReservedGPUs += gpus
 		}
 		if api.IsInference(p) {
 			n.HostsInference = true
 		}
 	}
-	for _, n := range byNode {
-		planned = append(planned, *n)
+	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
+		out := make([]reclaim.Candidate, 0, len(bestEffort))
+		for _, p := range bestEffort {
+			out = append(out, reclaim.NewCandidate(p, c.cfg.GPUResource, now))
+		}
+		return out
 	}
-	c.account(now, podList, byNode)
-	sort.Slice(planned, func(i, j int) bool { return planned[i].Name < planned[j].Name })
+	var problems map[string][]string
+	obs.Services, problems = c.observeServices(ctx, largestNodeGPUs)
+	return obs, nodeList, podList, problems, nil
+}
 
-	rounds := c.assessServices(ctx, now, largestNodeGPUs)
-	var headroom []harvest.Headroom
-	for _, r := range rounds {
-		need := r.need
-		if need.Spare > 0 {
-			logger.V(2).Info("Keeping headroom", "service", need.Service, "replicas", need.Spare, "gpusPerReplica", need.GPUsPerReplica, "reason", need.Reason)
-			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
-		}
-	}
-	plan := c.gate.Apply(now, planned, harvest.MakePlan(planned, headroom), published)
-	if c.cfg.ReclaimLead < c.cfg.Horizon {
-		var soon []harvest.Headroom
-		for _, r := range rounds {
-			if r.soon.Spare > 0 {
-				soon = append(soon, harvest.Headroom{Service: r.soon.Service, GPUsPerReplica: r.soon.GPUsPerReplica, Replicas: r.soon.Spare})
-			}
-		}
-		plan = c.gate.JustInTime(now, plan, harvest.MakePlan(planned, soon))
-	}
-	for _, u := range plan.Unplaced {
+// act publishes every node's verdict, then evicts and scales as the round
+// decided, and saves the learned profiles that are due.
+func (c *Controller) act(ctx context.Context, now time.Time, nodes []*v1.Node, d round.Decision) error {
+	logger := klog.FromContext(ctx)
+	for _, u := range d.Plan.Unplaced {
 		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
 	}
-	c.observePlan(now, planned, plan)
-
 	var errs []error
-	for _, n := range nodeList {
-		np := plan.Nodes[n.Name]
-		if err := c.publish(ctx, n, np.Verdict); err != nil {
+	// Every verdict first: a node that must stop lending says so before any
+	// pod is evicted, so the scheduler cannot fill GPUs being taken back.
+	for _, n := range nodes {
+		if err := c.publish(ctx, n, d.Plan.Nodes[n.Name].Verdict); err != nil {
 			errs = append(errs, err)
 		}
-		if np.ReclaimGPUs > 0 {
-			why := fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, byNode[n.Name].LentGPUs, np.HeadroomGPUs)
-			evicted, owed, evictErrs := c.evictor.ReclaimNode(ctx, n.Name, candidates, np.ReclaimGPUs, why)
-			// Gang members elsewhere are on their way out too: no other node may pick them again.
-			gone := map[types.UID]bool{}
-			for _, v := range evicted {
-				gone[v.Pod.UID] = true
-			}
-			for i, cand := range candidates {
-				if gone[cand.Pod.UID] && cand.Pod.DeletionTimestamp == nil {
-					p := cand.Pod.DeepCopy()
-					ts := metav1.NewTime(now)
-					p.DeletionTimestamp = &ts
-					candidates[i].Pod = p
-				}
-			}
-			for _, v := range evicted {
-				logger.Info("Reclaimed GPUs", "pod", klog.KObj(v.Pod), "node", n.Name, "why", why)
-				evictionsTotal.WithLabelValues("evicted").Inc()
-				lostWorkGPUSeconds.Add(v.LostWork)
-			}
-			for _, err := range evictErrs {
+	}
+	if len(d.Reclaims) > 0 {
+		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
+			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
 				if apierrors.IsTooManyRequests(err) {
 					evictionsTotal.WithLabelValues("blocked").Inc()
 				} else {
 					evictionsTotal.WithLabelValues("error").Inc()
 				}
+				return err
 			}
-			if owed > 0 {
-				logger.Info("Could not reclaim all GPUs owed", "node", n.Name, "owedGPUs", owed)
-			}
-			errs = append(errs, evictErrs...)
+			logger.Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
+			evictionsTotal.WithLabelValues("evicted").Inc()
+			lostWorkGPUSeconds.Add(m.LostWork)
+			return nil
+		})
+		for _, o := range owed {
+			logger.Info("Could not reclaim all GPUs owed", "node", o.Node, "owedGPUs", o.GPUs)
 		}
+		errs = append(errs, evictErrs...)
 	}
-	if !c.cfg.DisableAutoscale {
-		errs = append(errs, c.autoscaleServices(ctx, now, rounds)...)
-	}
-	c.saveProfiles(ctx, now, false)
+	errs = append(errs, c.scale(ctx, d.Scale)...)
+	c.saveProfiles(ctx, now, c.planner.ProfilesDue(now, false))
 	if len(errs) > 0 {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}
@@ -373,7 +336,11 @@ func (c *Controller) sync(ctx context.Context) error {
 
 // account adds the GPU-seconds lent since the last round, per namespace, and
 // records how long newly bound inference pods on pool nodes waited to be scheduled.
-func (c *Controller) account(now time.Time, pods []*v1.Pod, nodes map[string]*harvest.Node) {
+func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.Node) {
+	nodes := make(map[string]*harvest.Node, len(nodeList))
+	for i := range nodeList {
+		nodes[nodeList[i].Name] = &nodeList[i]
+	}
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than two periods (e.g. a new leader) is not counted: the
 	// pods may have changed in between.
@@ -419,8 +386,22 @@ func scheduledAt(p *v1.Pod) time.Time {
 	return time.Time{}
 }
 
-// observePlan exports the plan's totals and how long nodes took to drain.
-func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, plan harvest.Plan) {
+// observePlan exports the decision's totals and how long nodes took to drain.
+func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.Decision) {
+	plan := d.Plan
+	seen := make(map[string]bool, len(d.Services))
+	for _, s := range d.Services {
+		ns, name, _ := strings.Cut(s.Key, "/")
+		forecastPeakLoad.WithLabelValues(ns, name).Set(s.Forecast.Peak)
+		seen[s.Key] = true
+	}
+	for key := range c.forecastSeries {
+		if !seen[key] {
+			ns, name, _ := strings.Cut(key, "/")
+			forecastPeakLoad.DeleteLabelValues(ns, name)
+		}
+	}
+	c.forecastSeries = seen
 	var serving, lent, headroom, harvestable, idle int64
 	states := map[api.HarvestState]float64{api.HarvestOpen: 0, api.HarvestDraining: 0, api.HarvestClosed: 0}
 	for _, n := range nodes {

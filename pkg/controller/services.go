@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 )
 
 // Event reasons on Deployments.
@@ -27,32 +27,6 @@ const (
 	ReasonInvalidAnnotation = "GleanerInvalidAnnotation"
 	ReasonScaled            = "GleanerScaled"
 )
-
-// service is one inference service as the controller tracks it across rounds.
-type service struct {
-	key        string // namespace/name
-	deployment *appsv1.Deployment
-	trend      demand.Trend
-	profile    demand.Profile
-	// loaded: the profile was read from the Deployment (or there was none to read).
-	loaded bool
-	// writtenAt / writtenJSON: the last profile written to the API.
-	writtenAt   time.Time
-	writtenJSON string
-	scaler      *autoscale.Scaler
-	// reported is the last set of annotation problems reported as an Event.
-	reported string
-}
-
-// serviceRound is one service's demand in one planning round.
-type serviceRound struct {
-	svc   *service
-	input demand.Service
-	need  demand.Need
-	// soon is need over the reclaim lead: what must be evicted for now.
-	soon     demand.Need
-	forecast demand.Forecast
-}
 
 // deploymentFor finds the inference Deployment serving key (namespace/service):
 // the one whose pod template carries gleaner.dev/service=service, else the one
@@ -84,10 +58,12 @@ func serviceOf(d *appsv1.Deployment) string {
 	return d.Name
 }
 
-// assessServices groups the informer's inference pods by service, adds
-// inference Deployments scaled to zero, reads each service's settings from its
-// Deployment, and asks the demand model what each needs now and over the horizon.
-func (c *Controller) assessServices(ctx context.Context, now time.Time, largestNodeGPUs int64) []serviceRound {
+// observeServices groups the informer's inference pods by service, adds
+// inference Deployments scaled to zero, and reads each service's settings,
+// stored profile and autoscaling from its Deployment. It remembers each
+// service's Deployment for acting on the decision, and returns each service's
+// annotation problems.
+func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64) ([]round.Service, map[string][]string) {
 	deployments, err := c.deployments.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments; planning on pod load alone")
@@ -118,153 +94,92 @@ func (c *Controller) assessServices(ctx context.Context, now time.Time, largestN
 	}
 	sort.Strings(keys)
 
-	rounds := make([]serviceRound, 0, len(keys))
+	defaults := demand.Defaults{TargetLoad: c.cfg.TargetLoad, TargetKVCache: c.cfg.TargetKVCache}
+	services := make([]round.Service, 0, len(keys))
+	problems := map[string][]string{}
+	clear(c.served)
 	for _, key := range keys {
 		ns, name, _ := strings.Cut(key, "/")
-		svc := c.services[key]
-		if svc == nil {
-			svc = &service{key: key, trend: demand.Trend{Window: c.cfg.TrendWindow}, scaler: autoscale.New(c.cfg.Autoscale)}
-			c.services[key] = svc
-		}
-		svc.deployment = deploymentFor(deployments, ns, name)
-		in := demand.Service{Name: key, Replicas: replicas[key], Margin: c.cfg.margin()}
-		defaults := demand.Defaults{TargetLoad: c.cfg.TargetLoad, TargetKVCache: c.cfg.TargetKVCache}
-		var problems []string
-		if d := svc.deployment; d != nil {
+		s := round.Service{Key: key, Replicas: replicas[key], Settings: demand.Settings{TargetLoad: defaults.TargetLoad}}
+		if d := deploymentFor(deployments, ns, name); d != nil {
+			c.served[key] = d
 			templateGPUs := api.PodGPUs(&v1.Pod{Spec: d.Spec.Template.Spec}, c.cfg.GPUResource)
-			var settings demand.Settings
-			settings, problems = demand.ParseSettings(d.Annotations, templateGPUs, largestNodeGPUs, defaults)
-			in.Metric, in.TargetLoad, in.GPUsPerReplica = settings.Metric, settings.TargetLoad, settings.GPUsPerReplica
+			s.Settings, problems[key] = demand.ParseSettings(d.Annotations, templateGPUs, largestNodeGPUs, defaults)
+			s.Declared = true
+			s.StoredProfile = d.Annotations[api.AnnotationDemandProfile]
 			if autoscale.Enabled(d.Annotations) {
-				_, limitProblems := autoscale.ParseLimits(d.Annotations, c.cfg.Autoscale.MaxReplicas)
-				problems = append(problems, limitProblems...)
+				lim, limitProblems := autoscale.ParseLimits(d.Annotations, c.cfg.Policy.Autoscale.MaxReplicas)
+				problems[key] = append(problems[key], limitProblems...)
+				if !c.cfg.DisableAutoscale && d.Spec.Replicas != nil {
+					s.Autoscale = &round.Autoscaled{Replicas: int(*d.Spec.Replicas), Limits: lim}
+				}
 			}
-			if !svc.loaded {
-				problems = append(problems, c.loadProfile(svc)...)
-			}
-			c.report(svc, problems)
-		} else {
-			in.TargetLoad = defaults.TargetLoad
-			svc.loaded = true // nothing to read it from: the profile lives in memory only
 		}
-		now0 := demand.Assess(in)
-		if now0.Complete && (len(in.Replicas) > 0 || svc.deployment != nil) {
-			svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
-			svc.profile.Observe(now, now0.Load)
-		}
-		f := demand.PeakForecast(now, now0.Load, c.cfg.Horizon, &svc.trend, &svc.profile)
-		in.ForecastLoad = f.Peak
-		need := demand.Assess(in)
-		soon := need
-		if c.cfg.ReclaimLead < c.cfg.Horizon {
-			lead := in
-			lead.ForecastLoad = demand.PeakForecast(now, now0.Load, c.cfg.ReclaimLead, &svc.trend, &svc.profile).Peak
-			soon = demand.Assess(lead)
-		}
-		forecastPeakLoad.WithLabelValues(ns, name).Set(f.Peak)
-		rounds = append(rounds, serviceRound{svc: svc, input: in, need: need, soon: soon, forecast: f})
+		services = append(services, s)
 	}
-	for key := range c.services {
-		if _, ok := replicas[key]; !ok {
-			ns, name, _ := strings.Cut(key, "/")
-			forecastPeakLoad.DeleteLabelValues(ns, name)
-			delete(c.services, key)
-		}
-	}
-	return rounds
+	return services, problems
 }
 
-// loadProfile reads a service's learned profile from its Deployment once.
-func (c *Controller) loadProfile(svc *service) []string {
-	svc.loaded = true
-	raw, ok := svc.deployment.Annotations[api.AnnotationDemandProfile]
-	if !ok {
-		return nil
-	}
-	var p demand.Profile
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
-		return []string{fmt.Sprintf("%s is unreadable (%v); learning the profile afresh", api.AnnotationDemandProfile, err)}
-	}
-	svc.profile = p
-	svc.writtenJSON = raw
-	return nil
-}
-
-// report records an Event on the service's Deployment when its annotation
-// problems change, so a bad value is reported once, not every round.
-func (c *Controller) report(svc *service, problems []string) {
+// report records an Event on the service's Deployment when its problems
+// change, so a bad value is reported once, not every round.
+func (c *Controller) report(key string, problems []string) {
 	joined := strings.Join(problems, "; ")
-	if joined == svc.reported {
+	if joined == c.reported[key] {
 		return
 	}
-	svc.reported = joined
-	if joined == "" {
+	c.reported[key] = joined
+	d := c.served[key]
+	if joined == "" || d == nil {
 		return
 	}
 	invalidAnnotations.Inc()
-	c.recorder.Eventf(svc.deployment, v1.EventTypeWarning, ReasonInvalidAnnotation, "%s", joined)
+	c.recorder.Eventf(d, v1.EventTypeWarning, ReasonInvalidAnnotation, "%s", joined)
 }
 
-// saveProfiles writes each service's profile to its Deployment when it changed
-// and either the hour rolled over or ProfileWriteInterval passed (force: on
-// shutdown), so the API sees a few writes an hour per service at most.
-func (c *Controller) saveProfiles(ctx context.Context, now time.Time, force bool) {
-	for _, svc := range c.services {
-		if svc.deployment == nil || !svc.loaded {
+// saveProfiles writes the learned profiles the round found due to their
+// services' Deployments.
+func (c *Controller) saveProfiles(ctx context.Context, now time.Time, writes []round.ProfileWrite) {
+	for _, w := range writes {
+		d := c.served[w.Key]
+		if d == nil {
 			continue
 		}
-		raw, err := json.Marshal(svc.profile)
-		if err != nil || string(raw) == svc.writtenJSON {
-			continue
-		}
-		hourChanged := !svc.writtenAt.IsZero() && now.Truncate(time.Hour) != svc.writtenAt.Truncate(time.Hour)
-		if !force && !hourChanged && now.Sub(svc.writtenAt) < c.cfg.ProfileWriteInterval {
-			continue
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationDemandProfile: string(raw)}}})
-		d := svc.deployment
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationDemandProfile: w.JSON}}})
 		if _, err := c.client.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: Component}); err != nil {
 			profileWrites.WithLabelValues("error").Inc()
 			klog.FromContext(ctx).Error(err, "Saving demand profile", "deployment", klog.KObj(d))
 			continue
 		}
 		profileWrites.WithLabelValues("written").Inc()
-		svc.writtenAt, svc.writtenJSON = now, string(raw)
+		c.planner.ProfileSaved(w, now)
 	}
 }
 
-// autoscaleServices scales opted-in Deployments through their scale subresource.
-func (c *Controller) autoscaleServices(ctx context.Context, now time.Time, rounds []serviceRound) []error {
+// scale applies the autoscaler's decisions through the Deployments' scale subresource.
+func (c *Controller) scale(ctx context.Context, changes []round.Scale) []error {
 	var errs []error
-	for _, r := range rounds {
-		d := r.svc.deployment
-		if d == nil || !autoscale.Enabled(d.Annotations) || d.Spec.Replicas == nil {
+	for _, sc := range changes {
+		d := c.served[sc.Key]
+		if d == nil {
 			continue
 		}
-		r.svc.scaler.Observe(now, r.need.Load, r.need.Complete)
-		lim, _ := autoscale.ParseLimits(d.Annotations, c.cfg.Autoscale.MaxReplicas)
-		current := int(*d.Spec.Replicas)
-		floor := int(math.Ceil(r.forecast.Peak/r.need.Target - 1e-9))
-		dec := r.svc.scaler.Desired(now, current, r.need.Target, floor, lim)
-		if dec.Replicas == current {
-			continue
-		}
+		to := sc.Decision.Replicas
 		direction := "up"
-		if dec.Replicas < current {
+		if to < sc.From {
 			direction = "down"
 		}
 		scale := &autoscalingv1.Scale{
-			ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, ResourceVersion: ""},
-			Spec:       autoscalingv1.ScaleSpec{Replicas: int32(dec.Replicas)},
+			ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace},
+			Spec:       autoscalingv1.ScaleSpec{Replicas: int32(to)},
 		}
 		if _, err := c.client.AppsV1().Deployments(d.Namespace).UpdateScale(ctx, d.Name, scale, metav1.UpdateOptions{FieldManager: Component}); err != nil {
 			autoscaleOps.WithLabelValues(direction, "error").Inc()
-			errs = append(errs, fmt.Errorf("scaling deployment %s/%s from %d to %d: %w", d.Namespace, d.Name, current, dec.Replicas, err))
+			errs = append(errs, fmt.Errorf("scaling deployment %s/%s from %d to %d: %w", d.Namespace, d.Name, sc.From, to, err))
 			continue
 		}
 		autoscaleOps.WithLabelValues(direction, "scaled").Inc()
-		c.recorder.Eventf(d, v1.EventTypeNormal, ReasonScaled, "Scaled from %d to %d replicas: %s", current, dec.Replicas, dec.Reason)
-		klog.FromContext(ctx).Info("Scaled inference Deployment", "deployment", klog.KObj(d), "from", current, "to", dec.Replicas, "panic", dec.Panic, "reason", dec.Reason)
+		c.recorder.Eventf(d, v1.EventTypeNormal, ReasonScaled, "Scaled from %d to %d replicas: %s", sc.From, to, sc.Decision.Reason)
+		klog.FromContext(ctx).Info("Scaled inference Deployment", "deployment", klog.KObj(d), "from", sc.From, "to", to, "panic", sc.Decision.Panic, "reason", sc.Decision.Reason)
 	}
 	return errs
 }

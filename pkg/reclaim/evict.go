@@ -46,22 +46,3 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 		return fmt.Errorf("evicting %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 }
-
-// ReclaimGPUs evicts candidates in Order until gpus GPUs (beyond those already
-// terminating) are on their way back. An eviction that is refused is reported and
-// the next candidate is tried. It returns the candidates evicted and the GPUs still owed.
-func (e *Evictor) ReclaimGPUs(ctx context.Context, candidates []Candidate, gpus int64, why string) (evicted []Candidate, owed int64, errs []error) {
-	owed = gpus - Terminating(candidates)
-	for _, c := range Order(candidates) {
-		if owed <= 0 {
-			break
-		}
-		if err := e.Evict(ctx, c.Pod, why); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		evicted = append(evicted, c)
-		owed -= c.GPUs
-	}
-	return evicted, max(owed, 0), errs
-}

@@ -167,10 +167,14 @@ func TestEvict(t *testing.T) {
 	}
 }
 
-func TestReclaimGPUs(t *testing.T) {
-	// c builds a candidate; LostWork is given directly so the order is explicit.
+// TestTake takes GPUs back on one node of lone pods: the API's answers (refused,
+// failed, gone) through the real Evictor.
+func TestTake(t *testing.T) {
+	// c builds a candidate on node-1; LostWork is given directly so the order is explicit.
 	c := func(name string, gpus int64, lost float64) Candidate {
-		return Candidate{Pod: pod(name, now, ""), GPUs: gpus, LostWork: lost}
+		p := pod(name, now, "")
+		p.Spec.NodeName = "node-1"
+		return Candidate{Pod: p, GPUs: gpus, LostWork: lost}
 	}
 	terminating := func(name string, gpus int64) Candidate {
 		cd := c(name, gpus, 0)
@@ -297,7 +301,14 @@ func TestReclaimGPUs(t *testing.T) {
 			}
 			cl := newCluster(t, stored, tt.refuse, tt.fail)
 
-			evicted, owed, errs := cl.evictor.ReclaimGPUs(context.Background(), tt.candidates, tt.gpus, "node-1 must return GPUs")
+			owe := []Owed{{Node: "node-1", GPUs: tt.gpus, Why: "node-1 must return GPUs"}}
+			evicted, stillOwed, errs := Take(owe, tt.candidates, func(c Candidate, o Owed) error {
+				return cl.evictor.Evict(context.Background(), c.Pod, o.Why)
+			})
+			var owed int64
+			for _, o := range stillOwed {
+				owed += o.GPUs
+			}
 
 			if got := cl.evictions(t); !reflect.DeepEqual(got, tt.wantAttempts) {
 				t.Errorf("evictions requested = %v, want %v", got, tt.wantAttempts)

@@ -1,8 +1,9 @@
 package reclaim
 
 import (
-	"context"
 	"sort"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -153,52 +154,76 @@ func lessUnit(a, b Unit, node string) bool {
 	return a.Key < b.Key
 }
 
-// ReclaimNode evicts whole units until owed GPUs (beyond those already
-// terminating on node) are on their way back to node. An eviction that is
-// refused (e.g. by a PodDisruptionBudget) is reported, its unit set aside, and
-// the choice is made again among the rest. It returns the pods evicted and the
-// GPUs still owed.
-func (e *Evictor) ReclaimNode(ctx context.Context, node string, candidates []Candidate, owed int64, why string) (evicted []Candidate, stillOwed int64, errs []error) {
-	for _, c := range candidates {
-		if c.Pod.DeletionTimestamp != nil && c.Pod.Spec.NodeName == node {
-			owed -= c.GPUs
-		}
-	}
-	units := Units(candidates)
-	for owed > 0 && len(units) > 0 {
-		chosen := Choose(units, node, owed)
-		if len(chosen) == 0 {
-			break
-		}
-		refused := map[string]bool{}
-		for _, u := range chosen {
-			for _, m := range u.Members {
-				if err := e.Evict(ctx, m.Pod, why); err != nil {
-					errs = append(errs, err)
-					refused[u.Key] = true
-					continue
-				}
-				evicted = append(evicted, m)
-				if m.Pod.Spec.NodeName == node {
-					owed -= m.GPUs
-				}
+// Owed is the GPUs a node must return, and why (for the Events on its victims).
+type Owed struct {
+	Node string
+	GPUs int64
+	Why  string
+}
+
+// Take takes owed GPUs back, node by node in the order given: on each node
+// the GPUs already terminating there count first, then Choose picks whole
+// units and evict is called for each member. A unit with a member whose
+// eviction evict refuses (returns an error, e.g. a PodDisruptionBudget) is set
+// aside and the choice is made again among the rest. A gang member evicted for
+// one node counts as terminating on every other node, so no node picks it
+// again. Take returns the pods evicted, what each node still owes (only those
+// owing something) and evict's errors. It is pure apart from evict: the
+// controller passes one that calls the Eviction API, the simulator one that
+// always succeeds.
+func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error) (evicted []Candidate, stillOwed []Owed, errs []error) {
+	gone := map[*v1.Pod]bool{}
+	for _, o := range owed {
+		left := o.GPUs
+		var live []Candidate
+		for _, c := range candidates {
+			switch {
+			case c.Pod.DeletionTimestamp == nil && !gone[c.Pod]:
+				live = append(live, c)
+			case c.Pod.Spec.NodeName == o.Node:
+				left -= c.GPUs
 			}
 		}
-		if len(refused) == 0 {
-			break
-		}
-		// Try again without every unit already acted on.
-		acted := map[string]bool{}
-		for _, u := range chosen {
-			acted[u.Key] = true
-		}
-		var rest []Unit
-		for _, u := range units {
-			if !acted[u.Key] {
-				rest = append(rest, u)
+		units := Units(live)
+		for left > 0 && len(units) > 0 {
+			chosen := Choose(units, o.Node, left)
+			if len(chosen) == 0 {
+				break
 			}
+			refused := false
+			for _, u := range chosen {
+				for _, m := range u.Members {
+					if err := evict(m, o); err != nil {
+						errs = append(errs, err)
+						refused = true
+						continue
+					}
+					gone[m.Pod] = true
+					evicted = append(evicted, m)
+					if m.Pod.Spec.NodeName == o.Node {
+						left -= m.GPUs
+					}
+				}
+			}
+			if !refused {
+				break
+			}
+			// Try again without every unit already acted on.
+			acted := map[string]bool{}
+			for _, u := range chosen {
+				acted[u.Key] = true
+			}
+			rest := units[:0:0]
+			for _, u := range units {
+				if !acted[u.Key] {
+					rest = append(rest, u)
+				}
+			}
+			units = rest
 		}
-		units = rest
+		if left > 0 {
+			stillOwed = append(stillOwed, Owed{Node: o.Node, GPUs: left, Why: o.Why})
+		}
 	}
-	return evicted, max(owed, 0), errs
+	return evicted, stillOwed, errs
 }

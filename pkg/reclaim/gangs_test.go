@@ -133,7 +133,7 @@ func TestUnitsSkipTerminatingAndGroupByNamespace(t *testing.T) {
 	}
 }
 
-func TestReclaimNodeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
+func TestTakeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
 	cands := []Candidate{
 		member("blocked", "n1", "", 4, time.Minute),    // cheapest, but a PDB refuses
 		member("g-0", "n1", "train", 2, 3*time.Minute), // gang: 2 x 2 x 180 = 720
@@ -145,7 +145,10 @@ func TestReclaimNodeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
 		pods = append(pods, c.Pod)
 	}
 	c := newCluster(t, pods, []string{"blocked"}, nil)
-	evicted, owed, errs := c.evictor.ReclaimNode(context.Background(), "n1", cands, 2, "test")
+	evicted, stillOwed, errs := Take([]Owed{{Node: "n1", GPUs: 2, Why: "test"}}, cands, func(m Candidate, o Owed) error {
+		return c.evictor.Evict(context.Background(), m.Pod, o.Why)
+	})
+	owed := int64(len(stillOwed))
 	if got, want := c.evictions(t), []string{"ml/blocked", "ml/g-0", "ml/g-1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("evictions %v, want %v: after the refusal the whole gang, not the pricey pod", got, want)
 	}
@@ -154,6 +157,24 @@ func TestReclaimNodeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
 	}
 	if !reflect.DeepEqual(c.recorder.on, []string{"ml/blocked " + ReasonReclaimBlocked, "ml/g-0 " + ReasonReclaimed, "ml/g-1 " + ReasonReclaimed}) {
 		t.Fatalf("events %v", c.recorder.on)
+	}
+}
+
+// A gang member evicted for one node is on its way out everywhere: the next
+// node counts its GPUs as coming back and evicts nothing more for them.
+func TestTakeCountsAGangEvictedForOneNodeOnTheNext(t *testing.T) {
+	cands := []Candidate{
+		member("g-0", "n1", "train", 2, time.Minute),
+		member("g-1", "n2", "train", 2, time.Minute),
+		member("lone", "n2", "", 2, 0),
+	}
+	var tried []string
+	evicted, stillOwed, errs := Take([]Owed{{Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 2}}, cands, func(m Candidate, _ Owed) error {
+		tried = append(tried, m.Pod.Name)
+		return nil
+	})
+	if want := []string{"g-0", "g-1"}; !reflect.DeepEqual(tried, want) || len(evicted) != 2 || len(stillOwed) != 0 || len(errs) != 0 {
+		t.Fatalf("evictions %v (evicted %d, still owed %v, errs %v), want %v: n2's GPUs come back with the gang", tried, len(evicted), stillOwed, errs, want)
 	}
 }
 

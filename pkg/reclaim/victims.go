@@ -4,7 +4,6 @@
 package reclaim
 
 import (
-	"sort"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,39 +43,4 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time) Candidate {
 	gpus := api.PodGPUs(pod, gpuResource)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now)}
-}
-
-// Order sorts candidates into eviction order and drops those already
-// terminating: least lost work first; ties go to the pod with more GPUs (so fewer
-// pods go), then to the name, for a stable order.
-func Order(candidates []Candidate) []Candidate {
-	var live []Candidate
-	for _, c := range candidates {
-		if c.Pod.DeletionTimestamp == nil {
-			live = append(live, c)
-		}
-	}
-	sort.SliceStable(live, func(i, j int) bool {
-		a, b := live[i], live[j]
-		if a.LostWork != b.LostWork {
-			return a.LostWork < b.LostWork
-		}
-		if a.GPUs != b.GPUs {
-			return a.GPUs > b.GPUs
-		}
-		return a.Pod.Namespace+"/"+a.Pod.Name < b.Pod.Namespace+"/"+b.Pod.Name
-	})
-	return live
-}
-
-// Terminating is the GPUs held by candidates already being deleted: they come
-// back without another eviction.
-func Terminating(candidates []Candidate) int64 {
-	var gpus int64
-	for _, c := range candidates {
-		if c.Pod.DeletionTimestamp != nil {
-			gpus += c.GPUs
-		}
-	}
-	return gpus
 }

@@ -1,7 +1,6 @@
 package reclaim
 
 import (
-	"reflect"
 	"testing"
 	"time"
 
@@ -111,90 +110,10 @@ func TestNewCandidate(t *testing.T) {
 	}
 }
 
-func cand(ns, name string, gpus int64, lost float64, terminating bool) Candidate {
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if terminating {
-		ts := metav1.NewTime(now)
-		p.DeletionTimestamp = &ts
-	}
-	return Candidate{Pod: p, GPUs: gpus, LostWork: lost}
-}
-
 func names(cs []Candidate) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Pod.Namespace+"/"+c.Pod.Name)
 	}
 	return out
-}
-
-func TestOrder(t *testing.T) {
-	tests := []struct {
-		name       string
-		candidates []Candidate
-		want       []string
-	}{
-		{"empty", nil, []string{}},
-		{
-			"least lost work first",
-			[]Candidate{cand("ml", "a", 1, 300, false), cand("ml", "b", 1, 100, false), cand("ml", "c", 1, 200, false)},
-			[]string{"ml/b", "ml/c", "ml/a"},
-		},
-		{
-			"lost work beats GPUs",
-			[]Candidate{cand("ml", "big", 8, 101, false), cand("ml", "small", 1, 100, false)},
-			[]string{"ml/small", "ml/big"},
-		},
-		{
-			"ties: more GPUs first",
-			[]Candidate{cand("ml", "a", 1, 100, false), cand("ml", "b", 4, 100, false), cand("ml", "c", 2, 100, false)},
-			[]string{"ml/b", "ml/c", "ml/a"},
-		},
-		{
-			"ties on work and GPUs: by namespace/name",
-			[]Candidate{cand("ml", "b", 2, 0, false), cand("ml", "a", 2, 0, false), cand("eval", "z", 2, 0, false)},
-			[]string{"eval/z", "ml/a", "ml/b"},
-		},
-		{
-			"terminating pods dropped",
-			[]Candidate{cand("ml", "gone", 4, 0, true), cand("ml", "a", 1, 10, false), cand("ml", "also-gone", 1, 5, true)},
-			[]string{"ml/a"},
-		},
-		{
-			"only terminating pods",
-			[]Candidate{cand("ml", "gone", 4, 0, true)},
-			[]string{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			in := append([]Candidate(nil), tt.candidates...)
-			got := names(Order(tt.candidates))
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Order() = %v, want %v", got, tt.want)
-			}
-			if !reflect.DeepEqual(names(in), names(tt.candidates)) {
-				t.Errorf("Order() reordered its input: %v, was %v", names(tt.candidates), names(in))
-			}
-		})
-	}
-}
-
-func TestTerminating(t *testing.T) {
-	tests := []struct {
-		name       string
-		candidates []Candidate
-		want       int64
-	}{
-		{"none", nil, 0},
-		{"no terminating", []Candidate{cand("ml", "a", 4, 0, false)}, 0},
-		{"sums terminating GPUs only", []Candidate{cand("ml", "a", 4, 0, true), cand("ml", "b", 2, 0, false), cand("ml", "c", 1, 0, true)}, 5},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := Terminating(tt.candidates); got != tt.want {
-				t.Errorf("Terminating() = %d, want %d", got, tt.want)
-			}
-		})
-	}
 }

@@ -1,8 +1,9 @@
 // Package simulate replays inference traffic and a best-effort job stream in
-// virtual time through the same demand model (pkg/demand), planner and gate
-// (pkg/harvest), victim choice (pkg/reclaim) and placement score
-// (harvest.PlacementScore) that gleaner-controller and gleaner-scheduler run,
-// and accounts for what Gleaner would harvest and what it would cost inference.
+// virtual time through gleaner-controller's planning round (pkg/round: the
+// demand model, planner, gate and victim choice, the very code the controller
+// runs) and gleaner-scheduler's harvest check and placement score
+// (harvest.Verdict.Fit, harvest.PlacementScore), and accounts for what Gleaner
+// would harvest and what it would cost inference.
 //
 // # Model
 //
@@ -12,9 +13,10 @@
 //     queued again (as a retried pod, at the back of the queue, resuming from
 //     their last checkpoint); jobs whose work is done leave theirs.
 //  2. Each service's load is its trace rate at that time (constant within a
-//     trace window). The autoscaler wants max(1, ceil(load / capacity))
-//     replicas at once; replicas it no longer wants go at once (pending ones
-//     first, then those on the node serving the least inference).
+//     trace window). The service wants max(1, ceil(load / capacity))
+//     replicas at once (the traffic model: inference scaled by an autoscaler
+//     of its own, not by Gleaner's); replicas it no longer wants go at once
+//     (pending ones first, then those on the node serving the least inference).
 //  3. Pending replicas bind to a node with GPUsPerReplica GPUs held neither by
 //     inference nor by best-effort pods (the fullest such node). A replica that
 //     finds none waits; its wait, from the step it was wanted to the step it
@@ -25,27 +27,20 @@
 //     pending inference pod but runs the upstream preemption Evaluator and
 //     cannot run without the framework. (The real controller counts a pending
 //     pod as a Starting replica, which is capacity, not headroom.)
-//  4. The controller's round, as pkg/controller runs it: per service,
-//     demand.Assess of the bound replicas (each Known, carrying an equal share
-//     of the load; load beyond the capacity of a replica is waiting requests),
-//     the trend and, for the forecast policy, the hour-of-week profile learned
-//     online from that load, demand.PeakForecast over the reclaim horizon,
-//     demand.Assess again with the forecast; its Spare replicas are headroom for
-//     harvest.MakePlan; harvest.Gate.Apply (OpenAfter with flap damping, and
-//     the nightly windows) gives the verdicts. With a ReclaimLead shorter than
-//     the horizon, the same forecast over the lead gives a second headroom and
-//     plan, and harvest.Gate.JustInTime limits the GPUs each node must return
-//     now to what that plan needs. On every node that must return GPUs, the victims are
-//     reclaim.Choose over reclaim.Units of reclaim.Candidates built from
-//     *v1.Pod objects carrying the last-checkpoint annotation, after the GPUs
-//     already terminating there, exactly as the reclaimer's ReclaimNode does
-//     (every eviction succeeds). An evicted pod holds its GPUs for the grace
-//     period and loses the work since its last checkpoint (reclaim.LostWork).
-//  5. The scheduler places queued best-effort jobs in queue order on open
-//     nodes whose harvestable GPUs, minus those lent there, cover the job
-//     (GPUHarvest's Filter), on the node with the highest
-//     harvest.PlacementScore (ties: the first node). A job that fits nowhere
-//     is skipped; the jobs behind it still get their chance.
+//  4. The controller's round, round.Planner.Plan, with the policy's settings
+//     (Config.RoundConfig): each bound replica is a Known replica carrying an equal
+//     share of the load (load beyond the capacity of a replica is waiting
+//     requests); the forecast policy uses the hour-of-week profile learned
+//     online, the others the load and its trend alone; the nightly policy
+//     lends only within NightlyWindows. The round's victims are evicted (every
+//     eviction goes through: a simulated cluster has no PodDisruptionBudgets);
+//     an evicted pod holds its GPUs for the grace period and loses the work
+//     since its last checkpoint (reclaim.LostWork).
+//  5. The scheduler places queued best-effort jobs in queue order on nodes
+//     whose verdict admits them (harvest.Verdict.Fit, GPUHarvest's Filter) and
+//     whose GPUs are free, on the node with the highest harvest.PlacementScore
+//     (ties: the first node). A job that fits nowhere is skipped; the jobs
+//     behind it still get their chance. Every job is a lone pod.
 //
 // The job stream is a backlog: jobs are submitted in trace order, with the
 // trace's GPU counts and run times, whenever the GPUs requested by queued jobs
@@ -68,6 +63,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 )
 
 // Policy is a harvesting policy to simulate.
@@ -158,6 +154,9 @@ type Config struct {
 	// NoTrend leaves the trend out of the forecast (a diagnostic: the
 	// controller always uses it).
 	NoTrend bool
+	// OnRound, when set, is called after every planning round with what the
+	// round observed and decided (RunAll calls it from one goroutine per policy).
+	OnRound func(round.Observation, round.Decision)
 }
 
 // DefaultConfig is the evaluation default: every trace is judged with it.
@@ -181,6 +180,42 @@ func DefaultConfig() Config {
 		IdleWeight:         1,
 		SampleEvery:        10 * time.Minute,
 	}
+}
+
+// RoundConfig is the planning round's configuration for policy: the
+// controller's policy with this simulation's settings.
+func (c Config) RoundConfig(policy Policy) (round.Config, error) {
+	r := round.Config{
+		Horizon:          c.Horizon,
+		ReclaimLead:      c.ReclaimLead,
+		Margin:           c.Margin,
+		OpenAfter:        c.OpenAfter,
+		OpenAfterBackoff: max(c.OpenAfterBackoff, 1),
+		OpenAfterRelax:   c.OpenAfterRelax,
+		WithoutProfile:   policy != Forecast,
+		WithoutTrend:     c.NoTrend,
+	}
+	if c.Margin == 0 {
+		r.Margin = -1 // none: the round reads zero as its default
+	}
+	if r.Horizon == 0 {
+		r.Horizon = demand.DefaultHorizon
+	}
+	if r.ReclaimLead == 0 {
+		r.ReclaimLead = r.Horizon // evict at the horizon
+	}
+	switch policy {
+	case None, Continuous, Forecast:
+	case Nightly:
+		w, err := harvest.ParseWindows(c.NightlyWindows, "UTC")
+		if err != nil {
+			return round.Config{}, err
+		}
+		r.Windows = w
+	default:
+		return round.Config{}, fmt.Errorf("unknown policy %q", policy)
+	}
+	return r, r.Validate()
 }
 
 func (c Config) budget() time.Duration {
@@ -302,8 +337,6 @@ type simService struct {
 	bound   []int           // node of each bound replica
 	pending []time.Duration // when each pending replica was wanted
 	desired int
-	trend   demand.Trend
-	profile demand.Profile
 	buf     []demand.Replica
 }
 
@@ -327,7 +360,11 @@ type sim struct {
 	t0     time.Time
 	nodes  []simNode
 	svcs   []simService
-	gate   harvest.Gate
+	// planner is the controller's planning round; observed are the services
+	// as it sees them (their replicas are refilled every step).
+	planner  *round.Planner
+	observed []round.Service
+	jobOf    map[*v1.Pod]*simJob
 	// published harvestable GPUs per node, as the Nodes would carry them.
 	published map[string]int64
 	verdicts  []harvest.NodePlan
@@ -352,21 +389,16 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 	if len(fleet.Services) == 0 {
 		return Result{}, fmt.Errorf("no inference services")
 	}
-	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{}}
-	switch policy {
-	case None, Continuous, Forecast:
-	case Nightly:
-		w, err := harvest.ParseWindows(cfg.NightlyWindows, "UTC")
-		if err != nil {
-			return Result{}, err
-		}
-		s.gate.Windows = w
-	default:
-		return Result{}, fmt.Errorf("unknown policy %q", policy)
+	policyCfg, err := cfg.RoundConfig(policy)
+	if err != nil {
+		return Result{}, err
 	}
-	s.gate.OpenAfter = cfg.OpenAfter
-	s.gate.BackoffLimit = cfg.OpenAfterBackoff
-	s.gate.RelaxAfter = cfg.OpenAfterRelax
+	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{},
+		planner: round.New(policyCfg), jobOf: map[*v1.Pod]*simJob{}}
+	for _, svc := range fleet.Services {
+		s.observed = append(s.observed, round.Service{Key: svc.Name, Declared: true,
+			Settings: demand.Settings{Metric: demand.Requests, TargetLoad: cfg.ReplicaCapacity, GPUsPerReplica: cfg.GPUsPerReplica}})
+	}
 	n := ClusterNodes(cfg, fleet)
 	s.nodes = make([]simNode, n)
 	for i := range s.nodes {
@@ -530,17 +562,15 @@ func (s *sim) bindPending(t time.Duration) {
 	}
 }
 
-// plan runs the controller's round: demand, plan, gate, reclaim.
+// plan runs the controller's planning round (pkg/round) on the virtual
+// cluster and evicts the victims it chooses (every eviction goes through).
 func (s *sim) plan(t time.Duration) {
-	now := s.now(t)
 	cfg := s.cfg
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
 			ReservedGPUs: n.inference, LentGPUs: n.lent, HostsInference: n.inference > 0}
 	}
-	var headroom, soonHeadroom []harvest.Headroom
-	jit := cfg.ReclaimLead > 0 && cfg.ReclaimLead < cfg.Horizon
 	for i := range s.svcs {
 		sv := &s.svcs[i]
 		load := s.load(i, t)
@@ -552,87 +582,48 @@ func (s *sim) plan(t time.Duration) {
 					Waiting: max(0, per-cfg.ReplicaCapacity), GPUs: cfg.GPUsPerReplica})
 			}
 		}
-		in := demand.Service{Name: s.fleet.Services[i].Name, Replicas: sv.buf, TargetLoad: cfg.ReplicaCapacity,
-			GPUsPerReplica: cfg.GPUsPerReplica, Margin: cfg.Margin}
-		now0 := demand.Assess(in)
-		if now0.Complete {
-			sv.trend.Add(demand.Sample{At: now, Load: now0.Load})
-			sv.profile.Observe(now, now0.Load)
-		}
-		var profile *demand.Profile
-		if s.policy == Forecast {
-			profile = &sv.profile
-		}
-		trend := &sv.trend
-		if cfg.NoTrend {
-			trend = nil
-		}
-		f := demand.PeakForecast(now, now0.Load, cfg.Horizon, trend, profile)
-		in.ForecastLoad = f.Peak
-		need := demand.Assess(in)
-		if need.Spare > 0 {
-			headroom = append(headroom, harvest.Headroom{Service: need.Service, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
-		}
-		if jit {
-			in.ForecastLoad = demand.PeakForecast(now, now0.Load, cfg.ReclaimLead, trend, profile).Peak
-			if soon := demand.Assess(in); soon.Spare > 0 {
-				soonHeadroom = append(soonHeadroom, harvest.Headroom{Service: soon.Service, GPUsPerReplica: soon.GPUsPerReplica, Replicas: soon.Spare})
-			}
-		}
+		s.observed[i].Replicas = sv.buf
 	}
-	plan := s.gate.Apply(now, s.hnodes, harvest.MakePlan(s.hnodes, headroom), s.published)
-	if jit {
-		plan = s.gate.JustInTime(now, plan, harvest.MakePlan(s.hnodes, soonHeadroom))
+	obs := round.Observation{Now: s.now(t), Nodes: s.hnodes, Published: s.published, Services: s.observed,
+		BestEffort: func(owing map[string]bool) []reclaim.Candidate { return s.candidates(owing, t) }}
+	d := s.planner.Plan(obs)
+	if s.cfg.OnRound != nil {
+		s.cfg.OnRound(obs, d)
 	}
-	var reclaimAny bool
 	for i, n := range s.nodes {
-		np := plan.Nodes[n.name]
+		np := d.Plan.Nodes[n.name]
 		s.verdicts[i] = np
 		s.published[n.name] = np.HarvestableGPUs
-		reclaimAny = reclaimAny || np.ReclaimGPUs > 0
 	}
-	if reclaimAny {
-		s.reclaim(t)
+	for _, v := range d.Victims {
+		s.evict(s.jobOf[v.Pod], v.LostWork, t)
 	}
+	clear(s.jobOf)
 }
 
-// reclaim evicts best-effort pods where the plan asks GPUs back, as
-// reclaim.Evictor.ReclaimNode chooses them.
-func (s *sim) reclaim(t time.Duration) {
+// candidates are the running jobs on the owing nodes as the reclaimer sees
+// them at t (every job is a lone pod, so no gang reaches another node).
+func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candidate {
 	now := s.now(t)
-	byNode := map[int][]reclaim.Candidate{}
-	jobOf := map[*v1.Pod]*simJob{}
+	var out []reclaim.Candidate
 	for _, j := range s.running {
-		if s.verdicts[j.node].ReclaimGPUs > 0 {
+		if owing[s.nodes[j.node].name] {
 			p := s.pod(j, t)
-			jobOf[p] = j
-			byNode[j.node] = append(byNode[j.node], reclaim.NewCandidate(p, api.GPUResource, now))
+			s.jobOf[p] = j
+			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now))
 		}
 	}
-	for i := range s.nodes {
-		owed := s.verdicts[i].ReclaimGPUs
-		if owed <= 0 {
-			continue
-		}
-		cands := byNode[i]
-		for _, c := range cands {
-			if c.Pod.DeletionTimestamp != nil {
-				owed -= c.GPUs
-			}
-		}
-		// Every job is a lone pod on one node, so the node's own pods are all the units that can free GPUs there.
-		for _, u := range reclaim.Choose(reclaim.Units(cands), s.nodes[i].name, owed) {
-			for _, m := range u.Members {
-				j := jobOf[m.Pod]
-				j.done += s.lastCheckpoint(j, t) - j.start
-				j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
-				s.res.Preemptions++
-				s.res.ReclaimedGPUs += j.GPUs
-				s.nodes[i].reclaimed += j.GPUs
-				s.res.LostGPUHours += m.LostWork / 3600
-			}
-		}
-	}
+	return out
+}
+
+// evict starts job j's grace period; it loses lost GPU-seconds of work.
+func (s *sim) evict(j *simJob, lost float64, t time.Duration) {
+	j.done += s.lastCheckpoint(j, t) - j.start
+	j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
+	s.res.Preemptions++
+	s.res.ReclaimedGPUs += j.GPUs
+	s.nodes[j.node].reclaimed += j.GPUs
+	s.res.LostGPUHours += lost / 3600
 }
 
 // lastCheckpoint is when job j last checkpointed in its current run (its
@@ -745,7 +736,8 @@ func (s *sim) place(t time.Duration) bool {
 		best, bestScore := -1, int64(-1)
 		for i := range s.nodes {
 			n, v := &s.nodes[i], s.verdicts[i]
-			if v.State != api.HarvestOpen || n.lent+j.GPUs > v.HarvestableGPUs || n.alloc-n.inference-n.lent < j.GPUs {
+			// GPUHarvest's Filter, then NodeResourcesFit's GPU check.
+			if v.Fit(n.lent, j.GPUs) != harvest.Fits || n.alloc-n.inference-n.lent < j.GPUs {
 				continue
 			}
 			score := harvest.PlacementScore(harvest.PlacementNode{HarvestableGPUs: v.HarvestableGPUs, LentGPUs: n.lent,

@@ -111,6 +111,11 @@ func (o Options) namespaces() []string {
 }
 
 // PodLoad is the informer's view of one inference pod.
+//
+// The planning round reads Service, GPUs, Fresh, ScrapedAt, LastError and, of
+// Metrics, Running, Waiting and KVCacheUsage. Rates and the rest of Metrics
+// are diagnostic, for whoever debugs a service's signal: no decision depends
+// on them.
 type PodLoad struct {
 	Namespace, Name string
 	Service         string // label api.LabelService, else the owning Deployment, else the owner's name, else the pod name

@@ -22,6 +22,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -49,10 +50,12 @@ func (e *harvestEnv) startPolicyController() {
 	le := controller.DefaultLeaderElection()
 	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
 	c := controller.New(e.client, controller.Config{
-		Metrics:   vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
-		OpenAfter: 3 * time.Second,
-		Margin:    headroomMargin,
-		Autoscale: autoscale.Config{StableWindow: 6 * time.Second, PanicWindow: 2 * time.Second, MaxScaleDown: 1},
+		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
+		Policy: round.Config{
+			OpenAfter: 3 * time.Second,
+			Margin:    headroomMargin,
+			Autoscale: autoscale.Config{StableWindow: 6 * time.Second, PanicWindow: 2 * time.Second, MaxScaleDown: 1},
+		},
 	})
 	go func() {
 		defer close(done)

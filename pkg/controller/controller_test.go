@@ -1,0 +1,339 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/gleaner-dev/gleaner/internal/testobj"
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
+)
+
+var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// staticLoad is the metrics informer's snapshot, set by the test.
+type staticLoad struct{ loads []vllm.PodLoad }
+
+func (s *staticLoad) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (s *staticLoad) HasSynced() bool               { return true }
+func (s *staticLoad) Snapshot() []vllm.PodLoad      { return s.loads }
+
+// fresh is one replica's load as a fresh scrape reports it.
+func fresh(namespace, service string, running, waiting float64, gpus int64) vllm.PodLoad {
+	return vllm.PodLoad{Namespace: namespace, Service: service, GPUs: gpus, Fresh: true, ScrapedAt: t0,
+		Metrics: vllm.Metrics{Running: running, Waiting: waiting}}
+}
+
+// testCluster is a controller over a fake API whose listers read indexers the
+// test fills: no informer timing, no apiserver.
+type testCluster struct {
+	client                   *fake.Clientset
+	nodes, pods, deployments cache.Indexer
+	load                     *staticLoad
+	clock                    *testingclock.FakePassiveClock
+	c                        *Controller
+	recorder                 *record.FakeRecorder
+}
+
+func newTestCluster(t *testing.T, cfg Config) *testCluster {
+	t.Helper()
+	tc := &testCluster{
+		client:      fake.NewClientset(),
+		nodes:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		deployments: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		load:        &staticLoad{},
+		clock:       testingclock.NewFakePassiveClock(t0),
+		recorder:    record.NewFakeRecorder(1000),
+	}
+	cfg.Clock = tc.clock
+	cfg.defaults()
+	tc.c = newController(tc.client, cfg, tc.load)
+	tc.c.nodes = corelisters.NewNodeLister(tc.nodes)
+	tc.c.pods = corelisters.NewPodLister(tc.pods)
+	tc.c.deployments = appslisters.NewDeploymentLister(tc.deployments)
+	tc.c.recorder = tc.recorder
+	tc.c.evictor.Recorder = tc.recorder
+	return tc
+}
+
+// set makes objs the whole cluster: in the fake API and in the listers. A
+// node keeps the verdict the controller last published on it.
+func (tc *testCluster) set(t *testing.T, objs ...runtime.Object) {
+	t.Helper()
+	tracker := tc.client.Tracker()
+	gvrs := map[string]schema.GroupVersionResource{
+		"nodes": v1.SchemeGroupVersion.WithResource("nodes"), "pods": v1.SchemeGroupVersion.WithResource("pods"),
+		"deployments": appsv1.SchemeGroupVersion.WithResource("deployments"),
+	}
+	for kind, idx := range map[string]cache.Indexer{"nodes": tc.nodes, "pods": tc.pods, "deployments": tc.deployments} {
+		for _, o := range idx.List() {
+			m := o.(metav1.Object)
+			if kind == "nodes" {
+				continue // kept, below, for its published verdict
+			}
+			if err := tracker.Delete(gvrs[kind], m.GetNamespace(), m.GetName()); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if err := idx.Delete(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, o := range objs {
+		o = o.DeepCopyObject()
+		switch obj := o.(type) {
+		case *v1.Node:
+			if cur, err := tc.client.CoreV1().Nodes().Get(context.Background(), obj.Name, metav1.GetOptions{}); err == nil {
+				if v, err := harvest.ReadNode(cur); err == nil && cur.Labels[api.LabelHarvest] != "" {
+					v.SetOn(obj)
+				}
+				if err := tracker.Update(gvrs["nodes"], obj, ""); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := tracker.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.nodes.Update(obj); err != nil {
+				t.Fatal(err)
+			}
+		case *v1.Pod:
+			if err := tracker.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.pods.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+		case *appsv1.Deployment:
+			if err := tracker.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.deployments.Add(obj); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("set: %T", o)
+		}
+	}
+}
+
+// sync runs one round at now and returns the API writes it made, as
+// "verb resource/subresource name" strings in order, and clears them.
+func (tc *testCluster) sync(t *testing.T, now time.Time) ([]string, error) {
+	t.Helper()
+	tc.clock.SetTime(now)
+	err := tc.c.Sync(context.Background())
+	var writes []string
+	for _, a := range tc.client.Actions() {
+		if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
+		}
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		name := ""
+		switch a := a.(type) {
+		case k8stesting.PatchAction:
+			name = a.GetName()
+		case k8stesting.CreateAction:
+			if m, ok := a.GetObject().(metav1.Object); ok {
+				name = m.GetName()
+			}
+		case k8stesting.UpdateAction:
+			if m, ok := a.GetObject().(metav1.Object); ok {
+				name = m.GetName()
+			}
+		}
+		writes = append(writes, fmt.Sprintf("%s %s %s", a.GetVerb(), res, name))
+	}
+	tc.client.ClearActions()
+	return writes, err
+}
+
+// verdict is the verdict node carries in the fake API.
+func (tc *testCluster) verdict(t *testing.T, node string) harvest.Verdict {
+	t.Helper()
+	n, err := tc.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := harvest.ReadNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func chat(replicas int32, annotations map[string]string) *appsv1.Deployment {
+	return testobj.Deployment("serving", "chat", replicas, 4, annotations)
+}
+
+// The round's order of acts: every verdict is published before any eviction,
+// and an eviction names why on the pod. A verdict is written only when it changes.
+func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	objs := []runtime.Object{
+		testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour)),
+		chat(1, nil),
+	}
+	tc.set(t, objs...)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4)}
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One replica of 16 carries 10: no headroom; a has 4 GPUs spare, b lends all 8.
+	if want := []string{"patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want %v", writes, want)
+	}
+	if v := tc.verdict(t, "a"); v != (harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: 4}) {
+		t.Fatalf("a: %+v", v)
+	}
+	tc.set(t, objs...)
+	if writes, _ := tc.sync(t, t0.Add(5*time.Second)); len(only(writes, "nodes", "pods/eviction")) != 0 {
+		t.Fatalf("writes %v for an unchanged plan", writes)
+	}
+
+	// 60 requests need three more replicas: a's 4 free GPUs hold one, b's 8 the other two.
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 44, 4)}
+	writes, _ = tc.sync(t, t0.Add(10*time.Second))
+	if want := []string{"patch nodes a", "patch nodes b", "create pods/eviction job-b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want %v", writes, want)
+	}
+	if v := tc.verdict(t, "b"); v.State != api.HarvestDraining || v.HarvestableGPUs != 0 {
+		t.Fatalf("b: %+v, want draining with nothing harvestable", v)
+	}
+	select {
+	case e := <-tc.recorder.Events:
+		if want := "Warning GleanerReclaimed Evicted by gleaner-controller to return GPUs to inference: node b must return 8 GPUs"; len(e) < len(want) || e[:len(want)] != want {
+			t.Fatalf("event %q", e)
+		}
+	default:
+		t.Fatal("no Event on the evicted pod")
+	}
+}
+
+// A refused eviction makes the choice again among the other pods, in the same round.
+func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	tc.set(t, testobj.Node("a", 12),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		testobj.BestEffort("research", "shielded", "a", 4, t0.Add(-time.Minute)), // the cheapest to evict
+		testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
+		chat(1, nil))
+	tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name == "shielded" {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		}
+		return false, nil, nil
+	})
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
+	writes, err := tc.sync(t, t0)
+	if err == nil {
+		t.Fatal("a refused eviction is not reported")
+	}
+	if want := []string{"patch nodes a", "create pods/eviction shielded", "create pods/eviction other"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want %v", writes, want)
+	}
+}
+
+// Autoscaled Deployments are scaled through their scale subresource; a bad
+// annotation is reported once as an Event, not every round.
+func TestSyncScalesAndReportsBadAnnotationsOnce(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{Autoscale: autoscale.Config{StableWindow: time.Minute, PanicWindow: 10 * time.Second}}})
+	var scaled []int32
+	tc.client.PrependReactor("update", "deployments/scale", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.UpdateAction).GetObject().(*autoscalingv1.Scale)
+		scaled = append(scaled, s.Spec.Replicas)
+		return true, s, nil
+	})
+	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		chat(1, map[string]string{api.AnnotationAutoscale: "true", api.AnnotationMaxReplicas: "2", api.AnnotationTargetLoad: "many"}))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 48, 4)}
+	for i := range 3 {
+		if _, err := tc.sync(t, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(scaled) == 0 || scaled[0] != 2 {
+		t.Fatalf("scaled to %v, want 2 (64 requests want 4, the annotation caps at 2)", scaled)
+	}
+	var bad int
+	for len(tc.recorder.Events) > 0 {
+		if e := <-tc.recorder.Events; len(e) > 0 && strings.Contains(e, ReasonInvalidAnnotation) {
+			bad++
+		}
+	}
+	if bad != 1 {
+		t.Fatalf("%d invalid-annotation Events over 3 rounds, want 1", bad)
+	}
+}
+
+// The learned profile is saved to the Deployment, and read back by a new controller.
+func TestSyncSavesTheLearnedProfile(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ProfileWriteInterval: time.Minute}})
+	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 7, 0, 4)}
+	if _, err := tc.sync(t, t0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := tc.client.AppsV1().Deployments("serving").Get(context.Background(), "chat", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw := d.Annotations[api.AnnotationDemandProfile]; !json.Valid([]byte(raw)) {
+		t.Fatalf("stored profile %q is not JSON", raw)
+	}
+	tc2 := newTestCluster(t, Config{})
+	tc2.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), d)
+	tc2.load.loads = []vllm.PodLoad{fresh("serving", "chat", 1, 0, 4)}
+	tc2.clock.SetTime(t0.Add(7 * 24 * time.Hour))
+	obs, _, _, _, err := tc2.c.observe(context.Background(), t0.Add(7*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := tc2.c.planner.Plan(obs)
+	if got := dec.Services[0].Forecast.Profile; got != 7 {
+		t.Fatalf("a week later the new controller forecasts %v from the stored profile, want 7", got)
+	}
+}
+
+// only keeps the writes to the given resources.
+func only(writes []string, resources ...string) []string {
+	out := []string{}
+	for _, w := range writes {
+		for _, r := range resources {
+			if strings.Contains(w, " "+r+" ") {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}

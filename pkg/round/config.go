@@ -1,0 +1,126 @@
+package round
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+)
+
+// Config is the policy's settings. gleaner-controller's flags and gleaner
+// simulate's defaults both start from DefaultConfig, so a default cannot differ
+// between what runs and what is simulated.
+type Config struct {
+	// Horizon is how far ahead demand is forecast: nodes stop lending as soon as
+	// the forecast over it needs their GPUs. Zero means demand.DefaultHorizon.
+	Horizon time.Duration
+	// ReclaimLead is how far ahead demand must need lent GPUs before they are
+	// evicted (harvest.Gate.JustInTime). Zero means demand.DefaultReclaimLead; a
+	// lead of at least Horizon evicts at the horizon.
+	ReclaimLead time.Duration
+	// TrendWindow is the recent history the trend is fitted to. Zero means
+	// demand.DefaultTrendWindow.
+	TrendWindow time.Duration
+	// Margin is the safety margin on forecast load, as a fraction. Zero means
+	// DefaultMargin; negative means none.
+	Margin float64
+	// OpenAfter is how long a node's capacity must stay spare before it is lent
+	// (draining is never delayed). Zero lends at once.
+	OpenAfter time.Duration
+	// OpenAfterBackoff damps flapping nodes (harvest.Gate.BackoffLimit). Zero
+	// means harvest.DefaultBackoffLimit; 1 switches damping off.
+	OpenAfterBackoff int
+	// OpenAfterRelax is harvest.Gate.RelaxAfter; zero for the gate's default.
+	OpenAfterRelax int
+	// Windows restrict lending to times of day. Default: continuous.
+	Windows harvest.Windows
+	// Autoscale tunes the autoscaler of the services that opt in.
+	Autoscale autoscale.Config
+	// ProfileWriteInterval bounds how often a service's learned profile is
+	// offered for saving (also when an hour ends). Zero means 5 minutes.
+	ProfileWriteInterval time.Duration
+	// WithoutProfile forecasts from the load and its trend alone, ignoring the
+	// learned hour-of-week profile (the simulator's continuous and nightly
+	// policies); gleaner-controller always uses the profile.
+	WithoutProfile bool
+	// WithoutTrend leaves the trend out of the forecast (a diagnostic).
+	WithoutTrend bool
+}
+
+// DefaultMargin keeps room for 10% more load than forecast.
+const DefaultMargin = 0.1
+
+// DefaultOpenAfter is gleaner-controller's --open-after.
+const DefaultOpenAfter = 2 * time.Minute
+
+// DefaultConfig is the policy as gleaner-controller runs it by default.
+func DefaultConfig() Config {
+	return Config{
+		Horizon:              demand.DefaultHorizon,
+		ReclaimLead:          demand.DefaultReclaimLead,
+		TrendWindow:          demand.DefaultTrendWindow,
+		Margin:               DefaultMargin,
+		OpenAfter:            DefaultOpenAfter,
+		OpenAfterBackoff:     harvest.DefaultBackoffLimit,
+		ProfileWriteInterval: 5 * time.Minute,
+	}
+}
+
+// withDefaults fills the zero values that mean "the default".
+func (c Config) withDefaults() Config {
+	if c.Horizon <= 0 {
+		c.Horizon = demand.DefaultHorizon
+	}
+	if c.ReclaimLead <= 0 {
+		c.ReclaimLead = demand.DefaultReclaimLead
+	}
+	if c.TrendWindow <= 0 {
+		c.TrendWindow = demand.DefaultTrendWindow
+	}
+	if c.OpenAfterBackoff <= 0 {
+		c.OpenAfterBackoff = harvest.DefaultBackoffLimit
+	}
+	if c.ProfileWriteInterval <= 0 {
+		c.ProfileWriteInterval = 5 * time.Minute
+	}
+	return c
+}
+
+// margin is the safety margin applied.
+func (c Config) margin() float64 {
+	switch {
+	case c.Margin == 0:
+		return DefaultMargin
+	case c.Margin < 0:
+		return 0
+	default:
+		return c.Margin
+	}
+}
+
+// justInTime reports whether evictions wait for the reclaim lead.
+func (c Config) justInTime() bool { return c.ReclaimLead < c.Horizon }
+
+// Validate reports the first setting no planner can run with, naming its
+// field; zero values are not errors (they mean the default).
+func (c Config) Validate() error {
+	switch {
+	case c.Horizon < 0:
+		return fmt.Errorf("Horizon %v: must not be negative", c.Horizon)
+	case c.ReclaimLead < 0:
+		return fmt.Errorf("ReclaimLead %v: must not be negative", c.ReclaimLead)
+	case c.TrendWindow < 0:
+		return fmt.Errorf("TrendWindow %v: must not be negative", c.TrendWindow)
+	case c.OpenAfter < 0:
+		return fmt.Errorf("OpenAfter %v: must not be negative", c.OpenAfter)
+	case c.OpenAfterBackoff < 0:
+		return fmt.Errorf("OpenAfterBackoff %d: must not be negative (1 switches damping off)", c.OpenAfterBackoff)
+	case c.OpenAfterRelax < 0:
+		return fmt.Errorf("OpenAfterRelax %d: must not be negative", c.OpenAfterRelax)
+	case c.ProfileWriteInterval < 0:
+		return fmt.Errorf("ProfileWriteInterval %v: must not be negative", c.ProfileWriteInterval)
+	}
+	return nil
+}

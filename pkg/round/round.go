@@ -1,0 +1,308 @@
+// Package round is one planning round of Gleaner's policy, the whole of it.
+// Given the time, the nodes with the GPUs pods hold on them and each inference
+// service's observed load, a round forecasts every service's demand, places
+// headroom and gates the verdicts (pkg/demand, pkg/harvest), chooses what to
+// evict where lent GPUs are owed (pkg/reclaim), decides the autoscaler's scale
+// changes (pkg/autoscale); ProfilesDue says which learned profiles are due to
+// be saved.
+//
+// A Planner keeps what the policy remembers between rounds: each service's
+// trend, learned profile and autoscaler windows, and the gate's history. It
+// talks to no API. gleaner-controller observes the cluster (listers and the
+// vLLM informer's snapshot, turned into an Observation) and acts on the
+// Decision (patch, evict, scale, save); gleaner simulate feeds the same
+// Planner from its virtual cluster, so what it reports is what the controller
+// would do.
+package round
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+)
+
+// Observation is what one round sees.
+type Observation struct {
+	Now time.Time
+	// Nodes are every node with the GPUs pods hold there, in name order.
+	Nodes []harvest.Node
+	// Published is the harvestable GPU count each node carries now (absent: 0).
+	Published map[string]int64
+	// Services are the inference services, in key order.
+	Services []Service
+	// BestEffort lists the best-effort pods that may be evicted, as of Now. It
+	// is called only when some node must return GPUs, with those nodes; the
+	// result must hold every best-effort pod on them (terminating ones too) and
+	// every member of a gang that has a member on them.
+	BestEffort func(owing map[string]bool) []reclaim.Candidate
+}
+
+// Service is one inference service as observed.
+type Service struct {
+	// Key names the service: namespace/name.
+	Key string
+	// Replicas are its inference pods as the metrics informer sees them.
+	Replicas []demand.Replica
+	// Settings are its demand settings (target, metric, GPUs per replica).
+	Settings demand.Settings
+	// Declared: a workload object (a Deployment) stands for the service, so its
+	// load is learned from even while no replica runs, and its profile is stored.
+	Declared bool
+	// StoredProfile is the learned profile stored with the service (JSON;
+	// empty: none). It is read once, the first time the service is seen declared.
+	StoredProfile string
+	// Autoscale is set when Gleaner scales the service.
+	Autoscale *Autoscaled
+}
+
+// Autoscaled is a service Gleaner scales: its replica count now and its limits.
+type Autoscaled struct {
+	Replicas int
+	Limits   autoscale.Limits
+}
+
+// Decision is what one round decided.
+type Decision struct {
+	// Plan holds every node's verdict and the GPUs it must return.
+	Plan harvest.Plan
+	// Services are each service's demand, in key order.
+	Services []ServiceDecision
+	// Reclaims are the nodes that must return lent GPUs, in node order.
+	Reclaims []reclaim.Owed
+	// Candidates are the best-effort pods Observation.BestEffort listed (only
+	// when some node must return GPUs); Victims are those reclaim.Take evicts
+	// from them when every eviction goes through. An eviction the API refuses
+	// makes the choice again: call reclaim.Take with Reclaims and Candidates.
+	Candidates []reclaim.Candidate
+	Victims    []reclaim.Candidate
+	// Scale lists the autoscaled services whose replica count should change.
+	Scale []Scale
+}
+
+// ServiceDecision is one service's demand in one round.
+type ServiceDecision struct {
+	Key string
+	// Need is what the service needs now and over the horizon: its Spare
+	// replicas are the headroom kept for it.
+	Need demand.Need
+	// Soon is the need over the reclaim lead: what lent GPUs are evicted for.
+	Soon     demand.Need
+	Forecast demand.Forecast
+	// Problems found with what was stored for the service (an unreadable profile).
+	Problems []string
+}
+
+// Scale is one autoscaler decision that changes a service's replicas.
+type Scale struct {
+	Key      string
+	From     int
+	Decision autoscale.Decision
+}
+
+// ProfileWrite is a service's learned profile, due to be saved.
+type ProfileWrite struct {
+	Key  string
+	JSON string
+}
+
+// Planner runs rounds and keeps the policy's memory between them. It is not
+// safe for concurrent use.
+type Planner struct {
+	cfg      Config
+	gate     harvest.Gate
+	services map[string]*service
+}
+
+// service is what the planner remembers of one service.
+type service struct {
+	trend   demand.Trend
+	profile demand.Profile
+	scaler  *autoscale.Scaler
+	// loaded: the stored profile was read (or there was none to read).
+	loaded   bool
+	declared bool
+	// savedAt / savedJSON: the profile last reported saved.
+	savedAt   time.Time
+	savedJSON string
+}
+
+// New returns a Planner for cfg (zero values take the defaults).
+func New(cfg Config) *Planner {
+	cfg = cfg.withDefaults()
+	return &Planner{
+		cfg:      cfg,
+		gate:     harvest.Gate{OpenAfter: cfg.OpenAfter, BackoffLimit: cfg.OpenAfterBackoff, RelaxAfter: cfg.OpenAfterRelax, Windows: cfg.Windows},
+		services: map[string]*service{},
+	}
+}
+
+// Config is the planner's configuration with its defaults applied.
+func (p *Planner) Config() Config { return p.cfg }
+
+// Plan runs one round:
+//
+//	per service: need  = demand.Assess(load, forecast over Horizon)
+//	             soon  = demand.Assess(load, forecast over ReclaimLead)
+//	verdicts = Gate.Apply(MakePlan(nodes, need.Spare of every service))
+//	           then, with a ReclaimLead shorter than the Horizon,
+//	           Gate.JustInTime(verdicts, MakePlan(nodes, soon.Spare of every service))
+//	victims  = reclaim.Take(every node's ReclaimGPUs)
+//	scale    = autoscale.Desired(never below the forecast's replicas)
+func (p *Planner) Plan(obs Observation) Decision {
+	now := obs.Now
+	d := Decision{Services: p.assess(obs)}
+	var headroom, soon []harvest.Headroom
+	for _, s := range d.Services {
+		if s.Need.Spare > 0 {
+			headroom = append(headroom, harvest.Headroom{Service: s.Key, GPUsPerReplica: s.Need.GPUsPerReplica, Replicas: s.Need.Spare})
+		}
+		if s.Soon.Spare > 0 {
+			soon = append(soon, harvest.Headroom{Service: s.Key, GPUsPerReplica: s.Soon.GPUsPerReplica, Replicas: s.Soon.Spare})
+		}
+	}
+	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)
+	if p.cfg.justInTime() {
+		d.Plan = p.gate.JustInTime(now, d.Plan, harvest.MakePlan(obs.Nodes, soon))
+	}
+
+	var owing map[string]bool
+	for _, n := range obs.Nodes {
+		np := d.Plan.Nodes[n.Name]
+		if np.ReclaimGPUs <= 0 {
+			continue
+		}
+		if owing == nil {
+			owing = map[string]bool{}
+		}
+		owing[n.Name] = true
+		d.Reclaims = append(d.Reclaims, reclaim.Owed{Node: n.Name, GPUs: np.ReclaimGPUs,
+			Why: fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, n.LentGPUs, np.HeadroomGPUs)})
+	}
+	if owing != nil && obs.BestEffort != nil {
+		d.Candidates = obs.BestEffort(owing)
+		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
+	}
+
+	for i, s := range obs.Services {
+		if s.Autoscale == nil {
+			continue
+		}
+		sd := d.Services[i]
+		svc := p.services[s.Key]
+		svc.scaler.Observe(now, sd.Need.Load, sd.Need.Complete)
+		floor := int(math.Ceil(sd.Forecast.Peak/sd.Need.Target - 1e-9))
+		dec := svc.scaler.Desired(now, s.Autoscale.Replicas, sd.Need.Target, floor, s.Autoscale.Limits)
+		if dec.Replicas != s.Autoscale.Replicas {
+			d.Scale = append(d.Scale, Scale{Key: s.Key, From: s.Autoscale.Replicas, Decision: dec})
+		}
+	}
+	return d
+}
+
+// assess asks the demand model what each service needs, learning its load.
+// Services not observed are forgotten.
+func (p *Planner) assess(obs Observation) []ServiceDecision {
+	now := obs.Now
+	out := make([]ServiceDecision, 0, len(obs.Services))
+	seen := make(map[string]bool, len(obs.Services))
+	for _, s := range obs.Services {
+		seen[s.Key] = true
+		svc := p.services[s.Key]
+		if svc == nil {
+			svc = &service{trend: demand.Trend{Window: p.cfg.TrendWindow}, scaler: autoscale.New(p.cfg.Autoscale)}
+			p.services[s.Key] = svc
+		}
+		sd := ServiceDecision{Key: s.Key}
+		svc.declared = s.Declared
+		if !svc.loaded {
+			sd.Problems = svc.load(s)
+		}
+		in := demand.Service{Name: s.Key, Replicas: s.Replicas, Metric: s.Settings.Metric, TargetLoad: s.Settings.TargetLoad,
+			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin()}
+		now0 := demand.Assess(in)
+		if now0.Complete && (len(s.Replicas) > 0 || s.Declared) {
+			svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
+			svc.profile.Observe(now, now0.Load)
+		}
+		trend, profile := &svc.trend, &svc.profile
+		if p.cfg.WithoutTrend {
+			trend = nil
+		}
+		if p.cfg.WithoutProfile {
+			profile = nil
+		}
+		sd.Forecast = demand.PeakForecast(now, now0.Load, p.cfg.Horizon, trend, profile)
+		in.ForecastLoad = sd.Forecast.Peak
+		sd.Need = demand.Assess(in)
+		sd.Soon = sd.Need
+		if p.cfg.justInTime() {
+			in.ForecastLoad = demand.PeakForecast(now, now0.Load, p.cfg.ReclaimLead, trend, profile).Peak
+			sd.Soon = demand.Assess(in)
+		}
+		out = append(out, sd)
+	}
+	for key := range p.services {
+		if !seen[key] {
+			delete(p.services, key)
+		}
+	}
+	return out
+}
+
+// load reads the service's stored profile, once. A service first seen without
+// a workload object keeps its profile in memory only.
+func (svc *service) load(s Service) []string {
+	if !s.Declared {
+		svc.loaded = true
+		return nil
+	}
+	svc.loaded = true
+	if s.StoredProfile == "" {
+		return nil
+	}
+	var p demand.Profile
+	if err := json.Unmarshal([]byte(s.StoredProfile), &p); err != nil {
+		return []string{fmt.Sprintf("the stored demand profile is unreadable (%v); learning the profile afresh", err)}
+	}
+	svc.profile = p
+	svc.savedJSON = s.StoredProfile
+	return nil
+}
+
+// ProfilesDue lists the declared services' learned profiles that changed since
+// last saved and are due: the hour rolled over or ProfileWriteInterval passed
+// since the last save (force: now, e.g. on shutdown). The API thus sees a few
+// writes an hour per service at most. Report each one saved with ProfileSaved.
+func (p *Planner) ProfilesDue(now time.Time, force bool) []ProfileWrite {
+	var out []ProfileWrite
+	for key, svc := range p.services {
+		if !svc.declared || !svc.loaded {
+			continue
+		}
+		hourChanged := !svc.savedAt.IsZero() && now.Truncate(time.Hour) != svc.savedAt.Truncate(time.Hour)
+		if !force && !hourChanged && now.Sub(svc.savedAt) < p.cfg.ProfileWriteInterval {
+			continue
+		}
+		raw, err := json.Marshal(svc.profile)
+		if err != nil || string(raw) == svc.savedJSON {
+			continue
+		}
+		out = append(out, ProfileWrite{Key: key, JSON: string(raw)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// ProfileSaved records that a profile ProfilesDue offered was saved at now.
+func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
+	if svc := p.services[w.Key]; svc != nil {
+		svc.savedAt, svc.savedJSON = now, w.JSON
+	}
+}

@@ -1,0 +1,192 @@
+package round
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+)
+
+var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// replicas are n known replicas of 4 GPUs, each carrying running and waiting requests.
+func replicas(n int, running, waiting float64) []demand.Replica {
+	out := make([]demand.Replica, n)
+	for i := range out {
+		out[i] = demand.Replica{Known: true, Running: running, Waiting: waiting, GPUs: 4}
+	}
+	return out
+}
+
+// job is a lone best-effort pod of gpus GPUs on node, started ago before t0.
+func job(name, node string, gpus int64, ago time.Duration) reclaim.Candidate {
+	start := metav1.NewTime(t0.Add(-ago))
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: name},
+		Spec: v1.PodSpec{NodeName: node}, Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start}}
+	return reclaim.Candidate{Pod: p, GPUs: gpus, LostWork: reclaim.LostWork(p, gpus, t0)}
+}
+
+func names(cs []reclaim.Candidate) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.Pod.Name)
+	}
+	return out
+}
+
+// Two 8-GPU nodes: n1 serves one 4-GPU replica, n2 lends 4 GPUs to two jobs.
+// When the service's replica has waiting requests it needs a second replica
+// now: its headroom goes where it fits without reclaiming (n1's free half),
+// so nothing is evicted. Three replicas of headroom need n2's lent GPUs back:
+// both jobs go, the one with the least work lost first.
+func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 4},
+	}
+	jobs := []reclaim.Candidate{job("old", "n2", 2, time.Hour), job("new", "n2", 2, time.Minute)}
+	calls := 0
+	obs := func(load float64) Observation {
+		return Observation{Now: t0, Nodes: nodes, Published: map[string]int64{"n1": 4, "n2": 8},
+			Services: []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, min(load, 16), max(0, load-16)),
+				Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(owing map[string]bool) []reclaim.Candidate {
+				calls++
+				if !owing["n2"] || len(owing) != 1 {
+					t.Errorf("BestEffort asked for %v, want n2 alone", owing)
+				}
+				return jobs
+			}}
+	}
+	p := New(Config{OpenAfter: 0, ReclaimLead: 15 * time.Minute, Margin: -1})
+	d := p.Plan(obs(20))
+	if got := d.Services[0].Need.Spare; got != 1 {
+		t.Fatalf("spare replicas %d, want 1 (waiting requests)", got)
+	}
+	if np := d.Plan.Nodes["n1"]; np.HeadroomGPUs != 4 || np.State != api.HarvestClosed {
+		t.Fatalf("n1 %+v: want the headroom replica there, closed", np)
+	}
+	if len(d.Reclaims) != 0 || calls != 0 || len(d.Victims) != 0 {
+		t.Fatalf("reclaims %v, BestEffort calls %d, victims %v: nothing is owed", d.Reclaims, calls, names(d.Victims))
+	}
+
+	d = p.Plan(obs(60)) // 60 requests on a target of 16: 4 replicas, 3 of them headroom
+	if len(d.Reclaims) != 1 || d.Reclaims[0].Node != "n2" || d.Reclaims[0].GPUs != 4 {
+		t.Fatalf("reclaims %+v, want n2 returning 4 GPUs", d.Reclaims)
+	}
+	if !strings.Contains(d.Reclaims[0].Why, "node n2 must return 4 GPUs") {
+		t.Errorf("why %q", d.Reclaims[0].Why)
+	}
+	if got, want := names(d.Victims), []string{"new", "old"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("victims %v, want %v (least lost work first)", got, want)
+	}
+	if d.Plan.Nodes["n2"].State != api.HarvestDraining {
+		t.Errorf("n2 %+v, want draining", d.Plan.Nodes["n2"])
+	}
+}
+
+// With a reclaim lead shorter than the horizon, a forecast that needs lent GPUs
+// only beyond the lead stops the node lending but evicts nothing yet.
+func TestPlanEvictsJustInTime(t *testing.T) {
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	// A rising trend of half a request a minute: from 12 requests it passes
+	// one replica's 16 within the horizon (19.5) but not within the lead (14.5).
+	var d Decision
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = p.Plan(Observation{Now: t0.Add(time.Duration(i) * time.Minute), Nodes: nodes, Published: map[string]int64{"n1": 4},
+			Services:   []Service{{Key: "s", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(map[string]bool) []reclaim.Candidate { t.Fatal("nothing is owed"); return nil }})
+	}
+	s := d.Services[0]
+	if s.Need.Spare != 1 || s.Soon.Spare != 0 {
+		t.Fatalf("need %+v soon %+v: want a spare replica over the horizon only", s.Need, s.Soon)
+	}
+	if np := d.Plan.Nodes["n1"]; np.State != api.HarvestDraining || np.ReclaimGPUs != 0 {
+		t.Fatalf("n1 %+v: want draining with nothing to evict yet", np)
+	}
+}
+
+func TestPlanScalesAutoscaledServices(t *testing.T) {
+	p := New(Config{Autoscale: autoscale.Config{StableWindow: time.Minute, PanicWindow: 10 * time.Second}})
+	svc := Service{Key: "s", Declared: true, Replicas: replicas(1, 16, 48), Settings: demand.Settings{TargetLoad: 16},
+		Autoscale: &Autoscaled{Replicas: 1, Limits: autoscale.Limits{Min: 1, Max: 3}}}
+	d := p.Plan(Observation{Now: t0, Services: []Service{svc}})
+	if len(d.Scale) != 1 || d.Scale[0].From != 1 || d.Scale[0].Decision.Replicas != 3 {
+		t.Fatalf("scale %+v: want 1 -> 3 (64 requests / 16 = 4, capped at the limit 3)", d.Scale)
+	}
+	svc.Autoscale = nil
+	if d := p.Plan(Observation{Now: t0.Add(time.Second), Services: []Service{svc}}); len(d.Scale) != 0 {
+		t.Fatalf("scale %+v for a service that is not autoscaled", d.Scale)
+	}
+}
+
+func TestStoredProfileIsReadOnceAndSavedWhenDue(t *testing.T) {
+	var learned demand.Profile
+	learned.Observe(t0.Add(-7*24*time.Hour), 100) // last week, this hour: 100 requests
+	raw, err := learned.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{ProfileWriteInterval: 5 * time.Minute})
+	obs := func(at time.Time, stored string, load float64) Observation {
+		return Observation{Now: at, Services: []Service{{Key: "s", Declared: true, StoredProfile: stored,
+			Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}}}
+	}
+	d := p.Plan(obs(t0, string(raw), 1))
+	if d.Services[0].Forecast.Profile != 100 || len(d.Services[0].Problems) != 0 {
+		t.Fatalf("forecast %+v problems %v: want the stored profile's peak 100", d.Services[0].Forecast, d.Services[0].Problems)
+	}
+	// A later, unreadable value is not read again: the profile is the planner's now.
+	if d := p.Plan(obs(t0.Add(time.Minute), "{broken", 1)); d.Services[0].Forecast.Profile != 100 || len(d.Services[0].Problems) != 0 {
+		t.Fatalf("forecast %+v problems %v after the stored value changed", d.Services[0].Forecast, d.Services[0].Problems)
+	}
+	if due := p.ProfilesDue(t0.Add(time.Minute), false); len(due) != 1 {
+		t.Fatalf("due %v: the profile learned since it was read was never saved", due)
+	} else {
+		p.ProfileSaved(due[0], t0.Add(time.Minute))
+	}
+	p.Plan(obs(t0.Add(2*time.Minute), "", 9)) // a new peak this hour
+	if due := p.ProfilesDue(t0.Add(2*time.Minute), false); len(due) != 0 {
+		t.Fatalf("due %v a minute after a save", due)
+	}
+	if due := p.ProfilesDue(t0.Add(2*time.Minute), true); len(due) != 1 || due[0].Key != "s" {
+		t.Fatalf("forced: due %v, want s (it changed since the save)", due)
+	}
+
+	fresh := New(Config{})
+	if d := fresh.Plan(obs(t0, "{broken", 1)); len(d.Services[0].Problems) != 1 || !strings.Contains(d.Services[0].Problems[0], "unreadable") {
+		t.Fatalf("problems %v for an unreadable stored profile", d.Services[0].Problems)
+	}
+}
+
+// A service that is no longer observed is forgotten: seen again, it starts afresh.
+func TestServicesNotObservedAreForgotten(t *testing.T) {
+	p := New(Config{})
+	s := Service{Key: "s", Replicas: replicas(1, 50, 0), Settings: demand.Settings{TargetLoad: 16}}
+	p.Plan(Observation{Now: t0, Services: []Service{s}})
+	p.Plan(Observation{Now: t0.Add(time.Minute)})
+	if len(p.services) != 0 {
+		t.Fatalf("services remembered: %v", p.services)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, bad := range []Config{{Horizon: -1}, {ReclaimLead: -1}, {OpenAfter: -1}, {OpenAfterBackoff: -1}, {TrendWindow: -1}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
