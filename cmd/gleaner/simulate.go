@@ -92,7 +92,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			var fleet *simulate.Fleet
 			if servicesFile != "" {
 				if fleet, err = simulate.ReadServices(servicesFile); err != nil {
-					return err
+					return fmt.Errorf("--services: %w", err)
 				}
 			} else {
 				if synthetic <= 0 {
@@ -103,7 +103,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			var jobs []simulate.Job
 			if jobsFile != "" {
 				if jobs, err = simulate.ReadJobs(jobsFile); err != nil {
-					return err
+					return fmt.Errorf("--jobs: %w", err)
 				}
 			} else {
 				jobs = simulate.SyntheticJobs(5000, 1)
@@ -121,7 +121,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			if plotFile != "" {
 				f, err := os.Create(plotFile)
 				if err != nil {
-					return err
+					return fmt.Errorf("--plot: %w", err)
 				}
 				if err := simulate.WritePlot(f, results); err != nil {
 					f.Close()

@@ -48,7 +48,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		fmt.Fprintf(w, "%g days, %d nodes, %d GPUs; reclaim budget %gs; $%g per GPU-hour\n", r.Days, r.Nodes, r.FleetGPUs, r.ReclaimBudgetSeconds, r.PricePerGPUHour)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := []string{"policy", "idle GPU-h", "harvested GPU-h", "fraction", "lost GPU-h", "preemptions", "reclaimed GPUs", "reclaimed unused", "replica starts", "wait s", "over budget", "max wait s", "jobs started", "jobs done", "savings $"}
+	head := []string{"policy", "idle GPU-h before harvest", "harvested GPU-h", "fraction", "lost GPU-h", "preemptions", "reclaimed GPUs", "reclaimed unused", "replica starts", "wait s", "over budget", "max wait s", "jobs started", "jobs done", "savings $"}
 	line := func(cells []string) {
 		for _, c := range cells {
 			fmt.Fprint(tw, c, "\t")

@@ -244,8 +244,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("a replica of %d GPUs fits on no node of %d GPUs", c.GPUsPerReplica, c.GPUsPerNode)
 	case c.ReplicaCapacity <= 0:
 		return fmt.Errorf("replica capacity %g: must be positive", c.ReplicaCapacity)
-	case c.GracePeriod < 0 || c.CheckpointInterval <= 0:
-		return fmt.Errorf("grace period %v must not be negative and checkpoint interval %v must be positive", c.GracePeriod, c.CheckpointInterval)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("grace period %v: must not be negative", c.GracePeriod)
+	case c.CheckpointInterval <= 0:
+		return fmt.Errorf("checkpoint interval %v: must be positive", c.CheckpointInterval)
 	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.PricePerGPUHour < 0:
 		return fmt.Errorf("nodes, open-after, horizon, reclaim lead and price must not be negative")
 	case c.OpenAfterBackoff < 0 || c.OpenAfterRelax < 0:
@@ -388,6 +390,15 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 	}
 	if len(fleet.Services) == 0 {
 		return Result{}, fmt.Errorf("no inference services")
+	}
+	if len(jobs) > 0 {
+		smallest := jobs[0].GPUs
+		for _, j := range jobs {
+			smallest = min(smallest, j.GPUs)
+		}
+		if smallest > cfg.GPUsPerNode {
+			return Result{}, fmt.Errorf("no job fits on a node of %d GPUs: the smallest asks for %d", cfg.GPUsPerNode, smallest)
+		}
 	}
 	policyCfg, err := cfg.RoundConfig(policy)
 	if err != nil {
@@ -677,8 +688,8 @@ func (s *sim) submit() *simJob {
 	}
 	job := s.jobs[s.nextJob]
 	name := job.Name
-	if round := s.submissions / len(s.jobs); round > 0 {
-		name = fmt.Sprintf("%s-r%d", job.Name, round)
+	if replay := s.submissions / len(s.jobs); replay > 0 {
+		name = fmt.Sprintf("%s-r%d", job.Name, replay)
 	}
 	s.nextJob++
 	s.submissions++

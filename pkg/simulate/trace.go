@@ -235,9 +235,9 @@ func ReadJobs(path string) ([]Job, error) {
 // ParseJobs reads a job trace in the openb pod-list format: CSV with the
 // columns name, num_gpu, creation_time, deletion_time and scheduled_time
 // (seconds; others are ignored). A job's work is deletion_time minus
-// scheduled_time (creation_time when scheduled_time is empty). Rows asking for
-// no GPU, and rows whose work is not positive, are skipped: they are not GPU
-// work. Jobs keep the trace's order.
+// scheduled_time (creation_time when scheduled_time is empty); a row that ends
+// before it starts is an error. Rows asking for no GPU, and rows that ran for
+// no time, are skipped: they are not GPU work. Jobs keep the trace's order.
 func ParseJobs(name string, in io.Reader) ([]Job, error) {
 	c, err := newCSVReader(name, in, []string{"name", "num_gpu", "creation_time", "deletion_time", "scheduled_time"})
 	if err != nil {
@@ -277,8 +277,11 @@ func ParseJobs(name string, in io.Reader) ([]Job, error) {
 		if start < 0 || end < 0 {
 			return nil, lineError(name, line, "negative time (%s %g, deletion_time %g)", from, start, end)
 		}
-		if end <= start {
-			continue
+		if end < start {
+			return nil, lineError(name, line, "deletion_time %g is before %s %g", end, from, start)
+		}
+		if end == start {
+			continue // ran for no time: no GPU work
 		}
 		jobs = append(jobs, Job{Name: c.field(rec, "name"), GPUs: int64(gpus), Work: time.Duration((end - start) * float64(time.Second))})
 	}
