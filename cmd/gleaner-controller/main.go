@@ -26,16 +26,17 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/version"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "gleaner-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(args []string) error {
 	var (
 		kubeconfig   string
 		poolSelector string
@@ -93,7 +94,7 @@ func run() error {
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if showVersion {
@@ -123,6 +124,12 @@ func run() error {
 	if cfg.Policy.ReclaimLead <= 0 {
 		return fmt.Errorf("--reclaim-lead %v: must be positive", cfg.Policy.ReclaimLead)
 	}
+	if err := validateMetricsFlags(cfg.Metrics); err != nil {
+		return err
+	}
+	if cfg.SyncPeriod < 0 {
+		return fmt.Errorf("--sync-period %v: must not be negative", cfg.SyncPeriod)
+	}
 	cfg.BestEffortPriorityThreshold = &threshold
 	cfg.GPUResource = v1.ResourceName(gpuResource)
 
@@ -138,21 +145,61 @@ func run() error {
 	defer stop()
 	klog.InfoS("Starting", "version", version.String())
 	controller.RegisterMetrics()
-	var checks []controller.HealthCheck
+	// Everything is checked before campaigning: a controller that cannot plan
+	// must not hold the Lease while the scheduler waits on it.
+	c, err := controller.New(client, cfg)
+	if err != nil {
+		return err
+	}
+	var health []controller.HealthCheck
 	if leaderElect {
 		le.WatchDog = leaderelection.NewLeaderHealthzAdaptor(le.RenewDeadline)
-		checks = append(checks, func() error { return le.WatchDog.Check(nil) })
+		health = append(health, func() error { return le.WatchDog.Check(nil) })
 	}
 	if bindAddress != "" {
-		addr, err := controller.Serve(ctx, bindAddress, checks...)
+		addr, err := controller.Serve(ctx, bindAddress, health, []controller.HealthCheck{c.Planning})
 		if err != nil {
 			return err
 		}
 		klog.InfoS("Serving health and metrics", "address", addr.String())
 	}
-	c := controller.New(client, cfg)
 	if !leaderElect {
 		return c.Run(ctx)
 	}
 	return controller.RunLeaderElected(ctx, client, le, c.Run)
+}
+
+// validateMetricsFlags checks the vLLM informer's flags one by one, so that a
+// bad value stops the controller naming its flag.
+func validateMetricsFlags(o vllm.Options) error {
+	if _, err := labels.Parse(o.LabelSelector); err != nil {
+		return fmt.Errorf("--inference-selector %q: %w", o.LabelSelector, err)
+	}
+	if o.Scheme != "http" && o.Scheme != "https" {
+		return fmt.Errorf("--metrics-scheme %q: want http or https", o.Scheme)
+	}
+	if o.Scheme == "http" && (o.CAFile != "" || o.TLSServerName != "") {
+		return fmt.Errorf("--metrics-ca-file and --metrics-tls-server-name need --metrics-scheme=https")
+	}
+	for flag, file := range map[string]string{"--metrics-ca-file": o.CAFile, "--metrics-bearer-token-file": o.BearerTokenFile} {
+		if file == "" {
+			continue
+		}
+		if _, err := os.ReadFile(file); err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	if o.Interval <= 0 {
+		return fmt.Errorf("--scrape-interval %v: must be positive", o.Interval)
+	}
+	if o.Timeout <= 0 || o.Timeout > o.Interval {
+		return fmt.Errorf("--scrape-timeout %v: must be positive and at most --scrape-interval (%v)", o.Timeout, o.Interval)
+	}
+	if o.MaxBodyBytes < 0 {
+		return fmt.Errorf("--scrape-max-body-bytes %d: must not be negative", o.MaxBodyBytes)
+	}
+	if o.Concurrency < 0 {
+		return fmt.Errorf("--scrape-concurrency %d: must not be negative", o.Concurrency)
+	}
+	return nil
 }

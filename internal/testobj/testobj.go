@@ -93,7 +93,7 @@ func Deployment(namespace, service string, replicas int32, gpus int64, annotatio
 // Lease is the controller's heartbeat Lease held by holder, renewed at renewed.
 func Lease(holder string, renewed time.Time, durationSeconds int32) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.ControllerLeaseName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.HeartbeatLeaseName},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(holder),
 			LeaseDurationSeconds: ptr.To(durationSeconds),

@@ -63,9 +63,13 @@ const (
 
 	SchedulerName = "gleaner-scheduler"
 
-	// The controller's leader-election Lease doubles as its heartbeat for the scheduler.
+	// SystemNamespace holds Gleaner's Leases. ControllerLeaseName is the
+	// controller's leader-election Lease; HeartbeatLeaseName is the Lease the
+	// controller renews after every planning round that published every
+	// verdict: the scheduler lends only while it sees it renewed.
 	SystemNamespace     = "gleaner-system"
 	ControllerLeaseName = "gleaner-controller"
+	HeartbeatLeaseName  = "gleaner-controller-heartbeat"
 
 	// GPUResource is the extended resource Gleaner lends.
 	GPUResource v1.ResourceName = "nvidia.com/gpu"

@@ -61,7 +61,23 @@ type Config struct {
 	DisableAutoscale bool
 	// Metrics configures the vLLM metrics informer.
 	Metrics vllm.Options
-	Clock   clock.PassiveClock
+	// Heartbeat is the Lease renewed after every round that published every
+	// verdict; gleaner-scheduler lends only while it sees it renewed.
+	Heartbeat HeartbeatLease
+	Clock     clock.PassiveClock
+}
+
+// HeartbeatLease names the controller's heartbeat Lease and its timeout.
+type HeartbeatLease struct {
+	// Namespace and Name of the Lease. Defaults gleaner-system and
+	// api.HeartbeatLeaseName.
+	Namespace, Name string
+	// Identity is written as the holder. Default: the host name and a UUID.
+	Identity string
+	// Timeout is how long after a round the scheduler may lend on it (written
+	// as the Lease's duration) and the bound /readyz holds rounds to. Default:
+	// three sync periods, at least 15 s.
+	Timeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -93,6 +109,18 @@ func (c *Config) defaults() {
 	if c.Policy.Autoscale.MaxReplicas <= 0 {
 		c.Policy.Autoscale.MaxReplicas = 64
 	}
+	if c.Heartbeat.Namespace == "" {
+		c.Heartbeat.Namespace = api.SystemNamespace
+	}
+	if c.Heartbeat.Name == "" {
+		c.Heartbeat.Name = api.HeartbeatLeaseName
+	}
+	if c.Heartbeat.Identity == "" {
+		c.Heartbeat.Identity = DefaultLeaderElection().Identity
+	}
+	if c.Heartbeat.Timeout <= 0 {
+		c.Heartbeat.Timeout = max(15*time.Second, 3*c.SyncPeriod)
+	}
 }
 
 // loadSource is the services' observed load: the vLLM metrics informer.
@@ -119,6 +147,7 @@ type Controller struct {
 	broadcast   record.EventBroadcaster
 	recorder    record.EventRecorder
 	planner     *round.Planner
+	heartbeat   *heartbeat
 
 	// State touched only by Sync (and Run after the last Sync).
 	lastSync      time.Time
@@ -132,10 +161,19 @@ type Controller struct {
 	forecastSeries map[string]bool
 }
 
-// New builds a controller. Nothing runs until Run.
-func New(client kubernetes.Interface, cfg Config) *Controller {
+// New builds a controller, or says what is wrong with cfg. Nothing runs until
+// Run. Call it before campaigning for leadership: a controller that cannot
+// plan must not hold the Lease.
+func New(client kubernetes.Interface, cfg Config) (*Controller, error) {
 	cfg.defaults()
-	return newController(client, cfg, vllm.NewInformer(client, cfg.Metrics))
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	load := vllm.NewInformer(client, cfg.Metrics)
+	if err := load.Err(); err != nil {
+		return nil, err
+	}
+	return newController(client, cfg, load), nil
 }
 
 func newController(client kubernetes.Interface, cfg Config, load loadSource) *Controller {
@@ -158,6 +196,8 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		broadcast:   broadcast,
 		recorder:    recorder,
 		planner:     round.New(cfg.Policy),
+		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
+			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
 
 		drainingSince: map[string]time.Time{},
 		served:        map[string]*appsv1.Deployment{},
@@ -174,12 +214,36 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 	defer c.broadcast.Shutdown()
 
+	// From here on this process owes the scheduler rounds: /readyz and the
+	// round-age metric hold it to the heartbeat timeout, and on the way out
+	// the heartbeat is released so nothing is lent on verdicts no one keeps.
+	c.heartbeat.start()
+	defer func() {
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := c.heartbeat.release(releaseCtx); err != nil {
+			logger.Error(err, "Releasing the heartbeat; the scheduler stops lending when it times out")
+		}
+	}()
+	go wait.UntilWithContext(ctx, func(context.Context) { roundAge.Set(c.heartbeat.age().Seconds()) }, time.Second)
+
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
 	loadDone := make(chan error, 1)
-	go func() { loadDone <- c.load.Run(ctx) }()
+	go func() {
+		err := c.load.Run(loadCtx)
+		loadDone <- err
+		if err != nil {
+			stopLoad() // nothing to wait for: stop waiting for caches
+		}
+	}()
 
-	if !cache.WaitForCacheSync(ctx.Done(), append(c.synced, c.load.HasSynced)...) {
+	if !cache.WaitForCacheSync(loadCtx.Done(), append(c.synced, c.load.HasSynced)...) {
+		if ctx.Err() == nil {
+			return fmt.Errorf("%s: metrics informer stopped: %w", Component, <-loadDone)
+		}
 		return fmt.Errorf("%s: informers did not sync: %w", Component, ctx.Err())
 	}
 	select {
@@ -303,6 +367,12 @@ func (c *Controller) act(ctx context.Context, now time.Time, nodes []*v1.Node, d
 	// pod is evicted, so the scheduler cannot fill GPUs being taken back.
 	for _, n := range nodes {
 		if err := c.publish(ctx, n, d.Plan.Nodes[n.Name].Verdict); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The round counts for the scheduler only if every verdict is current.
+	if len(errs) == 0 {
+		if err := c.heartbeat.beat(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -147,6 +147,14 @@ func (tc *testCluster) sync(t *testing.T, now time.Time) ([]string, error) {
 	t.Helper()
 	tc.clock.SetTime(now)
 	err := tc.c.Sync(context.Background())
+	// The node informer sees what the round published.
+	for _, o := range tc.nodes.List() {
+		if n, err := tc.client.CoreV1().Nodes().Get(context.Background(), o.(*v1.Node).Name, metav1.GetOptions{}); err == nil {
+			if err := tc.nodes.Update(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	var writes []string
 	for _, a := range tc.client.Actions() {
 		if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
@@ -336,4 +344,52 @@ func only(writes []string, resources ...string) []string {
 		}
 	}
 	return out
+}
+
+// The heartbeat is renewed only after a round that published every verdict:
+// while Node writes fail, the scheduler must stop lending, and /readyz fails
+// once the heartbeat timeout has passed without such a round.
+func TestHeartbeatOnlyAfterEveryVerdictIsPublished(t *testing.T) {
+	tc := newTestCluster(t, Config{Heartbeat: HeartbeatLease{Timeout: 15 * time.Second}})
+	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4)}
+	tc.c.heartbeat.start()
+	if writes, err := tc.sync(t, t0); err != nil || len(only(writes, "leases")) != 1 {
+		t.Fatalf("writes %v, err %v: want the heartbeat Lease written once", writes, err)
+	}
+	renewed := func() time.Time {
+		l, err := tc.client.CoordinationV1().Leases(api.SystemNamespace).Get(context.Background(), api.HeartbeatLeaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.LeaseDurationSeconds != 15 {
+			t.Fatalf("heartbeat %+v", l.Spec)
+		}
+		return l.Spec.RenewTime.Time
+	}
+	first := renewed()
+
+	tc.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+	})
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 60, 0, 4)} // the verdict must change
+	for i := 1; i <= 4; i++ {
+		writes, err := tc.sync(t, t0.Add(time.Duration(i)*5*time.Second))
+		if err == nil || len(only(writes, "leases")) != 0 {
+			t.Fatalf("round %d with failing Node writes: writes %v, err %v; want an error and no heartbeat", i, writes, err)
+		}
+	}
+	if got := renewed(); !got.Equal(first) {
+		t.Fatalf("heartbeat renewed at %v while no verdict could be published", got)
+	}
+	if err := tc.c.Planning(); err == nil {
+		t.Fatal("/readyz passes 20 s after the last round that published its verdicts (bound 15 s)")
+	}
+	if err := tc.c.heartbeat.release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := tc.client.CoordinationV1().Leases(api.SystemNamespace).Get(context.Background(), api.HeartbeatLeaseName, metav1.GetOptions{})
+	if *l.Spec.HolderIdentity != "" || tc.c.Planning() != nil {
+		t.Fatalf("after release: holder %q, readiness %v; want an empty holder and a standby that is ready", *l.Spec.HolderIdentity, tc.c.Planning())
+	}
 }

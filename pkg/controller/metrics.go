@@ -63,6 +63,16 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
 		StabilityLevel: metrics.ALPHA,
 	})
+	lastRound = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "controller_last_round_timestamp_seconds",
+		Help:           "Unix time of the last planning round that published every node's verdict (and renewed the heartbeat).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	roundAge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "controller_round_age_seconds",
+		Help:           "Seconds since this process, while planning, last completed a round that published every verdict (since it started planning, before the first); 0 when it does not plan.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	syncErrors = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "gleaner", Name: "controller_sync_errors_total",
 		Help:           "Planning rounds that ended with an error (API writes or evictions failed).",
@@ -76,7 +86,7 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
-		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors,
+		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}
 )

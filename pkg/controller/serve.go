@@ -15,21 +15,25 @@ import (
 // HealthCheck reports an unhealthy process with a non-nil error.
 type HealthCheck func() error
 
-// Serve exposes /healthz (every check passes), /readyz (the process is up) and
-// /metrics (the legacy registry) on addr until ctx ends. It returns once the
-// listener is open, with the address it bound, so ":0" works in tests.
-func Serve(ctx context.Context, addr string, checks ...HealthCheck) (net.Addr, error) {
+// Serve exposes /healthz (every health check passes), /readyz (every health
+// and readiness check passes) and /metrics (the legacy registry) on addr until
+// ctx ends. It returns once the listener is open, with the address it bound,
+// so ":0" works in tests.
+func Serve(ctx context.Context, addr string, health, ready []HealthCheck) (net.Addr, error) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		for _, check := range checks {
-			if err := check(); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
+	handle := func(path string, checks []HealthCheck) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
+			for _, check := range checks {
+				if err := check(); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
 			}
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+			fmt.Fprintln(w, "ok")
+		})
+	}
+	handle("/healthz", health)
+	handle("/readyz", append(append([]HealthCheck(nil), health...), ready...))
 	mux.Handle("/metrics", legacyregistry.Handler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

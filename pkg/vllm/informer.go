@@ -223,6 +223,10 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 	return i
 }
 
+// Err is what is wrong with the Informer's Options (nil when nothing is): Run
+// would return it at once.
+func (i *Informer) Err() error { return i.configErr }
+
 // slimPod keeps of a pod only what the Informer reads: names, labels, owners,
 // the metrics annotations, what api.PodGPUs counts, and readiness. Real pods
 // carry kilobytes of env, volumes, probes, statuses and last-applied

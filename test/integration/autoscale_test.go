@@ -49,7 +49,7 @@ func (e *harvestEnv) startPolicyController() {
 	e.controller.stop = func() { cancel(); <-done }
 	le := controller.DefaultLeaderElection()
 	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
-	c := controller.New(e.client, controller.Config{
+	c, err := controller.New(e.client, controller.Config{
 		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
 		Policy: round.Config{
 			OpenAfter: 3 * time.Second,
@@ -57,6 +57,9 @@ func (e *harvestEnv) startPolicyController() {
 			Autoscale: autoscale.Config{StableWindow: 6 * time.Second, PanicWindow: 2 * time.Second, MaxScaleDown: 1},
 		},
 	})
+	if err != nil {
+		e.root.Fatalf("gleaner-controller: %v", err)
+	}
 	go func() {
 		defer close(done)
 		if err := controller.RunLeaderElected(ctx, e.client, le, c.Run); err != nil && ctx.Err() == nil {

@@ -107,7 +107,7 @@ func keepLeaseFresh(ctx context.Context, t *testing.T, client kubernetes.Interfa
 	for {
 		now := metav1.NewMicroTime(time.Now())
 		lease := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: api.ControllerLeaseName, Namespace: api.SystemNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: api.HeartbeatLeaseName, Namespace: api.SystemNamespace},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: new("bench"), LeaseDurationSeconds: &duration, RenewTime: &now},
 		}
 		leases := client.CoordinationV1().Leases(api.SystemNamespace)

@@ -103,9 +103,12 @@ func (e *harvestEnv) startController() {
 	e.controller.stop = cancel
 	le := controller.DefaultLeaderElection()
 	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
-	c := controller.New(e.client, controller.Config{
+	c, err := controller.New(e.client, controller.Config{
 		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
 	})
+	if err != nil {
+		e.root.Fatalf("gleaner-controller: %v", err)
+	}
 	go func() {
 		if err := controller.RunLeaderElected(ctx, e.client, le, c.Run); err != nil && ctx.Err() == nil {
 			e.root.Errorf("gleaner-controller stopped: %v", err)

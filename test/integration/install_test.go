@@ -129,10 +129,11 @@ func TestInstall(t *testing.T) {
 				{"create", "events.k8s.io", "events", "", "research", "", true},
 				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, "gleaner-scheduler", true},
-				{"watch", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, true},
+				{"watch", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.HeartbeatLeaseName, true},
 				{"get", "", "configmaps", "", "kube-system", "extension-apiserver-authentication", true},
 				// Not its objects:
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, false},
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.HeartbeatLeaseName, false},
 				{"update", "coordination.k8s.io", "leases", "", "kube-system", "kube-scheduler", false},
 				{"patch", "", "nodes", "", "", "", false},
 				{"delete", "", "nodes", "", "", "", false},
@@ -147,6 +148,7 @@ func TestInstall(t *testing.T) {
 				{"create", "", "events", "", "research", "", true},
 				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, true},
+				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.HeartbeatLeaseName, true},
 				// Reclaims only through evictions; never binds, deletes or edits pods.
 				{"delete", "", "pods", "", "research", "", false},
 				{"patch", "", "pods", "", "research", "", false},

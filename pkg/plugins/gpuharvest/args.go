@@ -11,11 +11,13 @@ import (
 // Args configures GPUHarvest (pluginConfig args in the KubeSchedulerConfiguration).
 type Args struct {
 	pluginargs.BestEffort `json:",inline"`
-	// ControllerLease is the gleaner-controller's leader-election Lease, read as its
-	// heartbeat. Default gleaner-system/gleaner-controller.
+	// ControllerLease is gleaner-controller's heartbeat Lease, renewed after
+	// every planning round that published every verdict. Default
+	// gleaner-system/gleaner-controller-heartbeat.
 	ControllerLease LeaseRef `json:"controllerLease,omitempty"`
-	// HeartbeatTimeoutSeconds, when set, is how long after the Lease's last renewal
-	// the heartbeat counts as stale, instead of the Lease's own leaseDurationSeconds.
+	// HeartbeatTimeoutSeconds, when set, is how long after this scheduler last
+	// saw the Lease renewed (on its own clock) the heartbeat counts as stale,
+	// instead of the Lease's own leaseDurationSeconds.
 	HeartbeatTimeoutSeconds *int32 `json:"heartbeatTimeoutSeconds,omitempty"`
 	// ScoreWeights weigh Score's two parts. Default 1 and 1.
 	ScoreWeights ScoreWeights `json:"scoreWeights,omitempty"`
@@ -43,7 +45,7 @@ func (a *Args) Default() {
 		a.ControllerLease.Namespace = api.SystemNamespace
 	}
 	if a.ControllerLease.Name == "" {
-		a.ControllerLease.Name = api.ControllerLeaseName
+		a.ControllerLease.Name = api.HeartbeatLeaseName
 	}
 	if a.ScoreWeights.Packing == nil {
 		a.ScoreWeights.Packing = new(int32(1))

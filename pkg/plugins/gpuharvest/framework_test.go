@@ -23,6 +23,9 @@ import (
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
 	"github.com/gleaner-dev/gleaner/internal/plugintest"
+	"k8s.io/utils/ptr"
+
+	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
@@ -105,6 +108,21 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// A live controller renews its heartbeat every round: renew a recent one
+	// once, as the scheduler would see it do, and wait for the plugin to see it.
+	if lease != nil && time.Since(lease.Spec.RenewTime.Time) < time.Minute {
+		renewed := lease.DeepCopy()
+		renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		if _, err := client.CoordinationV1().Leases(lease.Namespace).Update(ctx, renewed, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for pl.heartbeat.check(time.Now()) != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the plugin never saw the heartbeat renewed: %v", pl.heartbeat.check(time.Now()))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return fw, pl, nil
 }
 
@@ -117,12 +135,9 @@ func pluginOf(st *fwk.Status) string {
 }
 
 func freshLease() *coordinationv1.Lease {
-	renew := metav1.NewMicroTime(time.Now())
-	d := int32(15)
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.ControllerLeaseName},
-		Spec:       coordinationv1.LeaseSpec{RenewTime: &renew, LeaseDurationSeconds: &d},
-	}
+	l := testobj.Lease("controller-1", time.Now(), 15)
+	l.Name = api.HeartbeatLeaseName
+	return l
 }
 
 func staleLease() *coordinationv1.Lease {

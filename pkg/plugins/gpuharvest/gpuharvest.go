@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -130,7 +129,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if args.HeartbeatTimeoutSeconds != nil {
 		timeout = time.Duration(*args.HeartbeatTimeoutSeconds) * time.Second
 	}
-	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.onLeaseChange)
+	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.clock, pl.activatePending)
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
 	}
@@ -298,18 +297,10 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 	return fwk.QueueSkip, nil
 }
 
-// onLeaseChange re-activates pending best-effort pods when the controller's
+// activatePending re-activates pending best-effort pods when the controller's
 // heartbeat comes back after being stale, instead of leaving them to the
 // scheduler's periodic flush of unschedulable pods.
-func (pl *GPUHarvest) onLeaseChange(old, cur *coordinationv1.Lease) {
-	now := pl.clock.Now()
-	if LeaseFresh(cur, now, pl.heartbeat.timeout) != nil {
-		return
-	}
-	if old != nil && old.Spec.RenewTime != nil && cur.Spec.RenewTime != nil &&
-		LeaseFresh(old, cur.Spec.RenewTime.Time, pl.heartbeat.timeout) == nil {
-		return // was fresh already
-	}
+func (pl *GPUHarvest) activatePending() {
 	pods, err := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
 	if err != nil {
 		return

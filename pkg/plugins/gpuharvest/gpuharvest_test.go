@@ -20,18 +20,19 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 )
 
 var now = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
+// lease is the controller's heartbeat Lease, renewed renewedAgo; newPlugin's
+// scheduler saw that renewal when it happened.
 func lease(renewedAgo time.Duration, durationSeconds int32) *coordinationv1.Lease {
-	renew := metav1.NewMicroTime(now.Add(-renewedAgo))
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.ControllerLeaseName},
-		Spec:       coordinationv1.LeaseSpec{RenewTime: &renew, LeaseDurationSeconds: &durationSeconds},
-	}
+	l := testobj.Lease("controller-1", now.Add(-renewedAgo), durationSeconds)
+	l.Name = api.HeartbeatLeaseName
+	return l
 }
 
 // newPlugin builds the plugin around a lease lister fed from an indexer: the
@@ -46,12 +47,16 @@ func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
 	}
 	var args Args
 	args.Default()
+	hb := &heartbeat{ref: args.ControllerLease, lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }}
+	if l != nil && l.Spec.RenewTime != nil {
+		hb.seenAt = l.Spec.RenewTime.Time
+	}
 	return &GPUHarvest{
 		args:      args,
 		gpu:       api.GPUResource,
 		threshold: 0,
 		clock:     clocktesting.NewFakePassiveClock(now),
-		heartbeat: &heartbeat{ref: args.ControllerLease, lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }},
+		heartbeat: hb,
 		rejected:  newRejectionCounters(),
 	}
 }
@@ -92,34 +97,102 @@ func nodeInfo(n *v1.Node, pods ...*v1.Pod) fwk.NodeInfo {
 	return ni
 }
 
-func TestLeaseFresh(t *testing.T) {
+// The heartbeat is judged on the scheduler's own clock, from when it saw the
+// Lease renewed; the times the controller writes are never compared with it.
+func TestHeartbeat(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(now)
+	renewal := func(rv string, holder string, renewTime time.Time) *coordinationv1.Lease {
+		l := testobj.Lease(holder, renewTime, 15)
+		l.ResourceVersion = rv
+		return l
+	}
+	controllerSlow := now.Add(-10 * time.Minute) // the controller's clock, far behind the scheduler's
 	tests := []struct {
 		name    string
-		lease   *coordinationv1.Lease
+		events  [][2]*coordinationv1.Lease // (old, new) updates seen, in order, at now
+		cur     *coordinationv1.Lease
 		timeout time.Duration
+		after   time.Duration // judged this long after the events
 		wantErr string
-	}{
-		{"renewed within its duration", lease(5*time.Second, 15), 0, ""},
-		{"renewed exactly at the limit", lease(15*time.Second, 15), 0, ""},
-		{"expired", lease(16*time.Second, 15), 0, "last renewed 16s ago"},
-		{"a configured timeout overrides the lease's duration", lease(16*time.Second, 15), 30 * time.Second, ""},
-		{"a configured timeout can be stricter", lease(6*time.Second, 15), 5 * time.Second, "last renewed 6s ago"},
-		{"missing", nil, 0, "lease not found"},
-		{"never renewed", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}}, 0, "no renewTime"},
-	}
+	}{{
+		name:    "first sight is not a renewal: a scheduler starting beside a dead controller lends nothing",
+		cur:     renewal("1", "c", now),
+		wantErr: "not seen renewed since this scheduler started",
+	}, {
+		name:   "a renewal seen now is fresh, however far the controller's clock is off",
+		events: [][2]*coordinationv1.Lease{{renewal("1", "c", controllerSlow), renewal("2", "c", controllerSlow.Add(5*time.Second))}},
+		cur:    renewal("2", "c", controllerSlow.Add(5*time.Second)),
+		after:  15 * time.Second,
+	}, {
+		name:    "stale once the timeout passes on the scheduler's clock",
+		events:  [][2]*coordinationv1.Lease{{renewal("1", "c", now), renewal("2", "c", now.Add(time.Hour))}},
+		cur:     renewal("2", "c", now.Add(time.Hour)), // a controller clock an hour ahead buys nothing
+		after:   16 * time.Second,
+		wantErr: "last seen renewed 16s ago (timeout 15s)",
+	}, {
+		name:    "a configured timeout overrides the Lease's duration",
+		events:  [][2]*coordinationv1.Lease{{renewal("1", "c", now), renewal("2", "c", now.Add(time.Second))}},
+		cur:     renewal("2", "c", now.Add(time.Second)),
+		timeout: 5 * time.Second,
+		after:   6 * time.Second,
+		wantErr: "timeout 5s",
+	}, {
+		name:    "a relist that delivers the same object is no renewal",
+		events:  [][2]*coordinationv1.Lease{{renewal("1", "c", now), renewal("1", "c", now)}},
+		cur:     renewal("1", "c", now),
+		wantErr: "not seen renewed",
+	}, {
+		name:    "a released Lease is stale at once",
+		events:  [][2]*coordinationv1.Lease{{renewal("1", "c", now), renewal("2", "c", now.Add(time.Second))}, {renewal("2", "c", now.Add(time.Second)), renewal("3", "", now.Add(2*time.Second))}},
+		cur:     renewal("3", "", now.Add(2*time.Second)),
+		timeout: time.Hour,
+		wantErr: "was released",
+	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := LeaseFresh(tt.lease, now, tt.timeout)
+			clk.SetTime(now)
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			if err := idx.Add(tt.cur); err != nil {
+				t.Fatal(err)
+			}
+			hb := &heartbeat{ref: LeaseRef{Namespace: tt.cur.Namespace, Name: tt.cur.Name}, timeout: tt.timeout, clock: clk,
+				lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }}
+			for _, e := range tt.events {
+				hb.observe(e[0], e[1])
+			}
+			err := hb.check(now.Add(tt.after))
 			if tt.wantErr == "" {
 				if err != nil {
-					t.Fatalf("LeaseFresh = %v, want fresh", err)
+					t.Fatalf("check = %v, want fresh", err)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("LeaseFresh = %v, want error containing %q", err, tt.wantErr)
+				t.Fatalf("check = %v, want error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A renewal after a stale spell reports that the heartbeat turned fresh (so
+// pending pods are activated); one while it is fresh does not.
+func TestHeartbeatObserveReportsTurningFresh(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(now)
+	hb := &heartbeat{clock: clk}
+	l := func(rv string) *coordinationv1.Lease {
+		x := testobj.Lease("c", now, 15)
+		x.ResourceVersion = rv
+		return x
+	}
+	l1, l2, l3 := l("1"), l("2"), l("3")
+	l2.Spec.RenewTime.Time = now.Add(time.Second)
+	l3.Spec.RenewTime.Time = now.Add(2 * time.Second)
+	if !hb.observe(l1, l2) {
+		t.Fatal("the first renewal did not turn the heartbeat fresh")
+	}
+	clk.SetTime(now.Add(5 * time.Second))
+	if hb.observe(l2, l3) {
+		t.Fatal("a renewal while fresh reported turning fresh")
 	}
 }
 
@@ -328,7 +401,7 @@ func TestArgs(t *testing.T) {
 		check   func(t *testing.T, a Args)
 	}{
 		{name: "defaults", raw: "", check: func(t *testing.T, a Args) {
-			if a.Threshold() != 0 || a.Resource() != api.GPUResource || a.ControllerLease != (LeaseRef{api.SystemNamespace, api.ControllerLeaseName}) {
+			if a.Threshold() != 0 || a.Resource() != api.GPUResource || a.ControllerLease != (LeaseRef{api.SystemNamespace, api.HeartbeatLeaseName}) {
 				t.Fatalf("defaults = %+v", a)
 			}
 		}},

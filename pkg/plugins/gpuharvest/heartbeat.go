@@ -3,6 +3,7 @@ package gpuharvest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -12,63 +13,87 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
-// LeaseFresh says whether a controller Lease was renewed within timeout of now,
-// or, when timeout is 0, within its own leaseDurationSeconds. It returns nil
-// when fresh, otherwise why not.
-func LeaseFresh(lease *coordinationv1.Lease, now time.Time, timeout time.Duration) error {
-	if lease == nil {
-		return fmt.Errorf("lease not found")
-	}
-	if lease.Spec.RenewTime == nil || (lease.Spec.LeaseDurationSeconds == nil && timeout == 0) {
-		return fmt.Errorf("lease %s/%s has no renewTime or leaseDurationSeconds", lease.Namespace, lease.Name)
-	}
-	if timeout == 0 {
-		timeout = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-	}
-	expires := lease.Spec.RenewTime.Add(timeout)
-	if now.After(expires) {
-		return fmt.Errorf("lease %s/%s last renewed %s ago", lease.Namespace, lease.Name, now.Sub(lease.Spec.RenewTime.Time).Round(time.Second))
-	}
-	return nil
-}
-
-// heartbeat watches the one Lease that is the controller's heartbeat, with an
-// informer of its own so the scheduler does not watch every Lease in the cluster.
+// heartbeat judges gleaner-controller's heartbeat Lease, which the controller
+// renews after every planning round that published every verdict. It is judged
+// on this scheduler's own clock, as client-go's leader election judges a
+// Lease: fresh only while a renewal (a new holder or renew time) was seen
+// within the timeout. The times the controller writes are never compared with
+// this clock, so skew between the two machines moves nothing.
+//
+// Fail closed: the first sight of the Lease (at start, or when it is created)
+// is not a renewal, so a scheduler that starts beside a dead controller lends
+// nothing, while a live controller's next round makes it fresh. A Lease with
+// no holder was released by a stopping controller and is stale at once.
 type heartbeat struct {
 	ref     LeaseRef
 	timeout time.Duration // 0: the Lease's own duration
+	clock   clock.PassiveClock
 	lister  coordinationlisters.LeaseLister
 	synced  cache.InformerSynced
+
+	mu     sync.Mutex
+	seenAt time.Time // when this scheduler last saw the Lease renewed
 }
 
-func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, timeout time.Duration, onChange func(old, cur *coordinationv1.Lease)) (*heartbeat, error) {
+func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, timeout time.Duration, clk clock.PassiveClock, onFresh func()) (*heartbeat, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ref.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 		}))
 	informer := factory.Coordination().V1().Leases()
+	hb := &heartbeat{ref: ref, timeout: timeout, clock: clk, lister: informer.Lister(), synced: informer.Informer().HasSynced}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if l, ok := obj.(*coordinationv1.Lease); ok {
-				onChange(nil, l)
-			}
-		},
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			o, ok1 := oldObj.(*coordinationv1.Lease)
 			n, ok2 := newObj.(*coordinationv1.Lease)
-			if ok1 && ok2 {
-				onChange(o, n)
+			if ok1 && ok2 && hb.observe(o, n) && onFresh != nil {
+				onFresh()
 			}
 		},
 	}); err != nil {
 		return nil, err
 	}
-	hb := &heartbeat{ref: ref, timeout: timeout, lister: informer.Lister(), synced: informer.Informer().HasSynced}
 	factory.Start(ctx.Done())
 	return hb, nil
+}
+
+// observe records a change of the Lease seen now, and reports whether it
+// turned the heartbeat from stale to fresh.
+func (h *heartbeat) observe(old, cur *coordinationv1.Lease) bool {
+	if !renewed(old, cur) {
+		return false
+	}
+	now := h.clock.Now()
+	wasStale := h.judge(cur, now) != nil
+	h.mu.Lock()
+	h.seenAt = now
+	h.mu.Unlock()
+	return wasStale && h.judge(cur, now) == nil
+}
+
+// renewed: the holder or the renew time changed (a relist that delivers the
+// same object again is no renewal).
+func renewed(old, cur *coordinationv1.Lease) bool {
+	if old.ResourceVersion == cur.ResourceVersion && old.ResourceVersion != "" {
+		return false
+	}
+	holder := func(l *coordinationv1.Lease) string {
+		if l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	renew := func(l *coordinationv1.Lease) time.Time {
+		if l.Spec.RenewTime == nil {
+			return time.Time{}
+		}
+		return l.Spec.RenewTime.Time
+	}
+	return holder(old) != holder(cur) || !renew(old).Equal(renew(cur))
 }
 
 // check returns nil when the controller's heartbeat is fresh at now. Until the
@@ -81,5 +106,29 @@ func (h *heartbeat) check(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("lease %s/%s: %w", h.ref.Namespace, h.ref.Name, err)
 	}
-	return LeaseFresh(lease, now, h.timeout)
+	return h.judge(lease, now)
+}
+
+// judge says whether lease, last seen renewed at seenAt, is fresh at now.
+func (h *heartbeat) judge(lease *coordinationv1.Lease, now time.Time) error {
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		return fmt.Errorf("lease %s/%s was released: no controller is planning", lease.Namespace, lease.Name)
+	}
+	timeout := h.timeout
+	if timeout == 0 {
+		if lease.Spec.LeaseDurationSeconds == nil {
+			return fmt.Errorf("lease %s/%s has no leaseDurationSeconds and no heartbeat timeout is configured", lease.Namespace, lease.Name)
+		}
+		timeout = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	h.mu.Lock()
+	seenAt := h.seenAt
+	h.mu.Unlock()
+	if seenAt.IsZero() {
+		return fmt.Errorf("lease %s/%s not seen renewed since this scheduler started", lease.Namespace, lease.Name)
+	}
+	if age := now.Sub(seenAt); age > timeout {
+		return fmt.Errorf("lease %s/%s last seen renewed %s ago (timeout %s)", lease.Namespace, lease.Name, age.Round(time.Second), timeout)
+	}
+	return nil
 }

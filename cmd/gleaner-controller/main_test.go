@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every bad option stops the controller before it talks to any API server or
+// campaigns for the Lease, naming the flag. (The kubeconfig below points at a
+// server that does not exist: reaching it would be a different error.)
+func TestBadFlagsStopBeforeLeaderElection(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {token: t}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "absent")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--inference-selector", "a in (b"}, "--inference-selector"},
+		{[]string{"--pool-selector", "!!"}, "--pool-selector"},
+		{[]string{"--metrics-scheme", "https", "--metrics-ca-file", missing}, "--metrics-ca-file: open " + missing},
+		{[]string{"--metrics-bearer-token-file", missing}, "--metrics-bearer-token-file: open " + missing},
+		{[]string{"--metrics-scheme", "ftp"}, `--metrics-scheme "ftp"`},
+		{[]string{"--metrics-ca-file", kubeconfig}, "need --metrics-scheme=https"},
+		{[]string{"--scrape-interval", "0s"}, "--scrape-interval 0s"},
+		{[]string{"--scrape-timeout", "10s"}, "--scrape-timeout 10s: must be positive and at most --scrape-interval (5s)"},
+		{[]string{"--reclaim-lead", "0s"}, "--reclaim-lead"},
+		{[]string{"--harvest-windows", "25:00-08:00"}, "--harvest-windows"},
+		{[]string{"--sync-period", "-1s"}, "--sync-period"},
+	} {
+		err := run(append([]string{"--kubeconfig", kubeconfig, "--bind-address", ""}, tt.args...))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want an error naming %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// heartbeat is the controller's promise to the scheduler that its verdicts are
+// current. After every round that published every node's verdict, the
+// controller renews a Lease of its own (not the leader-election Lease: that
+// one renews while the controller is stuck). gleaner-scheduler lends only while
+// it has seen this Lease change within its timeout, on its own clock, so a
+// controller that cannot plan (informers that never sync, Node writes that
+// keep failing, a clock far off) stops all lending within the timeout. When the
+// controller stops, it releases the Lease (empty holder), which the scheduler
+// reads as stale at once.
+type heartbeat struct {
+	client   kubernetes.Interface
+	clock    clock.PassiveClock
+	ns, name string
+	identity string
+	// timeout is written as the Lease's duration: how long after a round the
+	// scheduler may still lend on it, and the bound /readyz holds rounds to.
+	timeout time.Duration
+
+	mu sync.Mutex
+	// planning: when this process started planning (zero: it does not plan,
+	// e.g. a standby); last: its last round that published every verdict.
+	planning, last time.Time
+}
+
+// start records that this process plans from now on.
+func (h *heartbeat) start() {
+	h.mu.Lock()
+	h.planning = h.clock.Now()
+	h.mu.Unlock()
+}
+
+// beat renews the Lease after a round that published every verdict.
+func (h *heartbeat) beat(ctx context.Context) error {
+	now := h.clock.Now()
+	if err := h.write(ctx, h.identity, now); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.last = now
+	h.mu.Unlock()
+	lastRound.Set(float64(now.UnixNano()) / 1e9)
+	return nil
+}
+
+// release empties the Lease's holder when this process stops planning.
+func (h *heartbeat) release(ctx context.Context) error {
+	h.mu.Lock()
+	h.planning, h.last = time.Time{}, time.Time{}
+	h.mu.Unlock()
+	return h.write(ctx, "", h.clock.Now())
+}
+
+func (h *heartbeat) write(ctx context.Context, holder string, now time.Time) error {
+	leases := h.client.CoordinationV1().Leases(h.ns)
+	spec := coordinationv1.LeaseSpec{
+		HolderIdentity:       ptr.To(holder),
+		LeaseDurationSeconds: ptr.To(int32((h.timeout + time.Second - 1) / time.Second)),
+		RenewTime:            ptr.To(metav1.NewMicroTime(now)),
+	}
+	lease, err := leases.Get(ctx, h.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: h.name}, Spec: spec}, metav1.CreateOptions{FieldManager: Component})
+	case err == nil:
+		lease.Spec = spec
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{FieldManager: Component})
+	}
+	if err != nil {
+		return fmt.Errorf("renewing heartbeat lease %s/%s: %w", h.ns, h.name, err)
+	}
+	return nil
+}
+
+// age is how long this process has planned without completing a round; zero
+// when it does not plan.
+func (h *heartbeat) age() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.planning.IsZero() {
+		return 0
+	}
+	return h.clock.Since(h.planning.Add(max(0, h.last.Sub(h.planning))))
+}
+
+// Planning is the readiness check: it fails while this process plans but its
+// last round that published every verdict (or its start) is older than the
+// heartbeat timeout. A standby that does not plan passes.
+func (c *Controller) Planning() error {
+	if age := c.heartbeat.age(); age > c.heartbeat.timeout {
+		return fmt.Errorf("no planning round has published every verdict for %v (bound %v)", age.Round(time.Second), c.heartbeat.timeout)
+	}
+	return nil
+}
