@@ -57,6 +57,10 @@ type Config struct {
 	// Policy is the planning round's configuration (forecast, gate, reclaim
 	// lead, autoscaler); the simulator runs the same.
 	Policy round.Config
+	// MaxReclaimGrace caps the grace period of every eviction; a pod still
+	// terminating past it has its GPUs counted as owed. Default
+	// reclaim.DefaultMaxGrace.
+	MaxReclaimGrace time.Duration
 	// DisableAutoscale switches the autoscaler off for every Deployment.
 	DisableAutoscale bool
 	// Metrics configures the vLLM metrics informer.
@@ -108,6 +112,9 @@ func (c *Config) defaults() {
 	}
 	if c.Policy.Autoscale.MaxReplicas <= 0 {
 		c.Policy.Autoscale.MaxReplicas = 64
+	}
+	if c.MaxReclaimGrace <= 0 {
+		c.MaxReclaimGrace = reclaim.DefaultMaxGrace
 	}
 	if c.Heartbeat.Namespace == "" {
 		c.Heartbeat.Namespace = api.SystemNamespace
@@ -192,7 +199,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		deployments: deployments.Lister(),
 		synced:      []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced},
 		load:        load,
-		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder},
+		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace},
 		broadcast:   broadcast,
 		recorder:    recorder,
 		planner:     round.New(cfg.Policy),
@@ -346,7 +353,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observat
 	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
-			out = append(out, reclaim.NewCandidate(p, c.cfg.GPUResource, now))
+			out = append(out, reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace))
 		}
 		return out
 	}

@@ -240,7 +240,7 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 	}
 	select {
 	case e := <-tc.recorder.Events:
-		if want := "Warning GleanerReclaimed Evicted by gleaner-controller to return GPUs to inference: node b must return 8 GPUs"; len(e) < len(want) || e[:len(want)] != want {
+		if want := "Warning GleanerReclaimed Evicted by gleaner-controller with a grace period of 30s to return GPUs to inference: node b must return 8 GPUs"; len(e) < len(want) || e[:len(want)] != want {
 			t.Fatalf("event %q", e)
 		}
 	default:

@@ -125,7 +125,7 @@ func clusterOf(s step, cfg simulate.Config) ([]runtime.Object, []vllm.PodLoad) {
 		gpus := api.PodGPUs(p, api.GPUResource)
 		be := testobj.BestEffort(p.Namespace, p.Name, p.Spec.NodeName, gpus, p.Status.StartTime.Time)
 		be.Annotations = p.Annotations
-		be.DeletionTimestamp = p.DeletionTimestamp
+		be.DeletionTimestamp, be.DeletionGracePeriodSeconds = p.DeletionTimestamp, p.DeletionGracePeriodSeconds
 		objs = append(objs, be)
 	}
 	var loads []vllm.PodLoad

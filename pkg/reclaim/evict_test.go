@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 )
 
 // podRecorder is a FakeRecorder that also remembers which pod each Event was
@@ -97,8 +99,12 @@ func (c *cluster) evictions(t *testing.T) []string {
 		if ev.Namespace != a.GetNamespace() {
 			t.Errorf("eviction %s/%s sent to namespace %s", ev.Namespace, ev.Name, a.GetNamespace())
 		}
-		if ev.DeleteOptions != nil {
-			t.Errorf("eviction of %s carries DeleteOptions %+v; the pod's own grace period must apply", ev.Name, ev.DeleteOptions)
+		if ev.DeleteOptions == nil || ev.DeleteOptions.GracePeriodSeconds == nil {
+			t.Errorf("eviction of %s carries no grace period: the pod's own would apply, uncapped", ev.Name)
+		} else if pod, err := c.client.CoreV1().Pods(ev.Namespace).Get(context.Background(), ev.Name, metav1.GetOptions{}); err == nil {
+			if want := int64(CappedGrace(pod, DefaultMaxGrace) / time.Second); *ev.DeleteOptions.GracePeriodSeconds != want {
+				t.Errorf("eviction of %s with grace %ds, want %ds", ev.Name, *ev.DeleteOptions.GracePeriodSeconds, want)
+			}
 		}
 		out = append(out, ev.Namespace+"/"+ev.Name)
 	}
@@ -342,5 +348,50 @@ func TestTake(t *testing.T) {
 				t.Errorf("FakeRecorder buffered %d events, want %d", n, len(tt.wantEvents))
 			}
 		})
+	}
+}
+
+// A reclaim gives a pod its own grace period to checkpoint, but never more
+// than the cap: a tenant's hour-long grace period cannot make inference wait.
+func TestEvictCapsTheGracePeriod(t *testing.T) {
+	for _, tt := range []struct {
+		grace *int64
+		want  int64
+	}{{nil, 30}, {ptr.To(int64(10)), 10}, {ptr.To(int64(3600)), 120}, {ptr.To(int64(0)), 0}} {
+		p := pod("job", now, "")
+		p.Spec.TerminationGracePeriodSeconds = tt.grace
+		c := newCluster(t, []*v1.Pod{p}, nil, nil)
+		if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
+			t.Fatal(err)
+		}
+		ev := c.client.Actions()[0].(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if got := *ev.DeleteOptions.GracePeriodSeconds; got != tt.want {
+			t.Errorf("grace %v: evicted with %ds, want %ds", tt.grace, got, tt.want)
+		}
+	}
+}
+
+func TestReturning(t *testing.T) {
+	deleting := func(askedAgo, grace time.Duration) *v1.Pod {
+		p := pod("job", now.Add(-time.Hour), "")
+		p.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-askedAgo).Add(grace)))
+		p.DeletionGracePeriodSeconds = ptr.To(int64(grace / time.Second))
+		return p
+	}
+	for _, tt := range []struct {
+		name string
+		pod  *v1.Pod
+		want bool
+	}{
+		{"not terminating", pod("job", now, ""), false},
+		{"within its grace period", deleting(20*time.Second, 30*time.Second), true},
+		{"just past it, still being killed", deleting(33*time.Second, 30*time.Second), true},
+		{"stuck past its grace period (a finalizer)", deleting(10*time.Minute, 30*time.Second), false},
+		{"an hour's grace, asked 2 minutes ago: within the cap", deleting(110*time.Second, time.Hour), true},
+		{"an hour's grace, asked 3 minutes ago: past the cap, owed", deleting(3*time.Minute, time.Hour), false},
+	} {
+		if got := Returning(tt.pod, now, DefaultMaxGrace); got != tt.want {
+			t.Errorf("%s: Returning = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

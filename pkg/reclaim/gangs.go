@@ -162,7 +162,8 @@ type Owed struct {
 }
 
 // Take takes owed GPUs back, node by node in the order given: on each node
-// the GPUs already terminating there count first, then Choose picks whole
+// the GPUs already terminating there count first (unless Overdue: those are
+// owed), then Choose picks whole
 // units and evict is called for each member. A unit with a member whose
 // eviction evict refuses (returns an error, e.g. a PodDisruptionBudget) is set
 // aside and the choice is made again among the rest. A gang member evicted for
@@ -180,8 +181,8 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 			switch {
 			case c.Pod.DeletionTimestamp == nil && !gone[c.Pod]:
 				live = append(live, c)
-			case c.Pod.Spec.NodeName == o.Node:
-				left -= c.GPUs
+			case c.Pod.Spec.NodeName == o.Node && !c.Overdue:
+				left -= c.GPUs // on its way back
 			}
 		}
 		units := Units(live)

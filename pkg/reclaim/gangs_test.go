@@ -25,7 +25,7 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 	if ago > 0 {
 		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: rfc(now.Add(-ago))}
 	}
-	return NewCandidate(p, api.GPUResource, now)
+	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace)
 }
 
 func unitKeys(us []Unit) []string {
@@ -179,3 +179,22 @@ func TestTakeCountsAGangEvictedForOneNodeOnTheNext(t *testing.T) {
 }
 
 var metaNow = metav1.NewTime(now)
+
+// A pod terminating past its capped grace period is not returning its GPUs:
+// they are owed, and another pod is evicted for them.
+func TestTakeCountsOverduePodsAsOwed(t *testing.T) {
+	stuck := member("stuck", "n1", "", 4, time.Hour)
+	stuck.Pod.DeletionTimestamp = &metav1.Time{Time: now.Add(-10 * time.Minute)}
+	stuck.Overdue = true
+	leaving := member("leaving", "n1", "", 4, time.Hour)
+	leaving.Pod.DeletionTimestamp = &metav1.Time{Time: now.Add(20 * time.Second)}
+	other := member("other", "n1", "", 4, time.Minute)
+	var tried []string
+	_, stillOwed, _ := Take([]Owed{{Node: "n1", GPUs: 8}}, []Candidate{stuck, leaving, other}, func(m Candidate, _ Owed) error {
+		tried = append(tried, m.Pod.Name)
+		return nil
+	})
+	if want := []string{"other"}; !reflect.DeepEqual(tried, want) || len(stillOwed) != 0 {
+		t.Fatalf("evicted %v, still owed %v; want %v: leaving's 4 GPUs come back, stuck's do not", tried, stillOwed, want)
+	}
+}

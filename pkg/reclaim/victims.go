@@ -17,6 +17,50 @@ type Candidate struct {
 	GPUs int64
 	// LostWork in GPU-seconds if evicted now.
 	LostWork float64
+	// Overdue: the pod is terminating past its capped grace period (see
+	// Returning). Its GPUs are owed, not on their way back.
+	Overdue bool
+}
+
+// DefaultMaxGrace caps the grace period of every reclaim: a best-effort pod
+// asking for more still gets this long to checkpoint, and no longer, so no
+// tenant's grace period makes inference wait.
+const DefaultMaxGrace = 120 * time.Second
+
+// killSlack is how long past its grace period a pod may take to be killed and
+// removed before it counts as stuck.
+const killSlack = 5 * time.Second
+
+// Grace is the pod's own grace period: terminationGracePeriodSeconds, 30 s
+// when it sets none (as the API server defaults it).
+func Grace(pod *v1.Pod) time.Duration {
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return max(0, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
+	}
+	return 30 * time.Second
+}
+
+// CappedGrace is the grace period a reclaim gives pod: its own, at most maxGrace.
+func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
+	return min(Grace(pod), maxGrace)
+}
+
+// Returning reports whether a terminating pod's GPUs are on their way back at
+// now: it was asked to stop less than its grace period, capped at maxGrace,
+// ago (plus a few seconds to be killed). A pod terminating longer (a grace
+// period of an hour granted by someone else, a finalizer that never clears, a
+// node that stopped answering) is not: its GPUs are owed, and other pods must
+// give them back. A pod that is not terminating is not returning either.
+func Returning(pod *v1.Pod, now time.Time, maxGrace time.Duration) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	deadline := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil {
+		granted := time.Duration(*g) * time.Second
+		deadline = deadline.Add(-granted).Add(min(granted, maxGrace))
+	}
+	return !now.After(deadline.Add(killSlack))
 }
 
 // LostWork is the work a pod loses if evicted at now, in GPU-seconds:
@@ -39,8 +83,10 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 	return float64(max(gpus, 1)) * now.Sub(since).Seconds()
 }
 
-// NewCandidate builds a Candidate for pod at time now.
-func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time) Candidate {
+// NewCandidate builds a Candidate for pod at time now, with reclaims' grace
+// periods capped at maxGrace.
+func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGrace time.Duration) Candidate {
 	gpus := api.PodGPUs(pod, gpuResource)
-	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now)}
+	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
+		Overdue: pod.DeletionTimestamp != nil && !Returning(pod, now, maxGrace)}
 }

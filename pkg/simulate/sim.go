@@ -621,7 +621,7 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 		if owing[s.nodes[j.node].name] {
 			p := s.pod(j, t)
 			s.jobOf[p] = j
-			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now))
+			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now, s.cfg.GracePeriod))
 		}
 	}
 	return out
@@ -657,8 +657,10 @@ func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: s.now(ck).Format(time.RFC3339)}
 	}
 	if j.evicted {
-		del := metav1.NewTime(s.now(j.freeAt - s.cfg.GracePeriod))
-		p.DeletionTimestamp = &del
+		// As the API server marks a pod asked to stop: the end of its grace period.
+		del := metav1.NewTime(s.now(j.freeAt))
+		grace := int64(s.cfg.GracePeriod / time.Second)
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &del, &grace
 	}
 	return p
 }

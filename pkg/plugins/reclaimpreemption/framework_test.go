@@ -2,6 +2,7 @@ package reclaimpreemption
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -69,6 +70,18 @@ func leaving(p *v1.Pod) *v1.Pod {
 	return p
 }
 
+// stuck has been terminating for ten minutes past its 30 s grace period.
+func stuck(p *v1.Pod) *v1.Pod {
+	p.DeletionTimestamp = &metav1.Time{Time: now.Add(-10 * time.Minute)}
+	p.DeletionGracePeriodSeconds = new(int64(30))
+	return p
+}
+
+func withGrace(p *v1.Pod, seconds int64) *v1.Pod {
+	p.Spec.TerminationGracePeriodSeconds = &seconds
+	return p
+}
+
 func pending(p *v1.Pod) *v1.Pod {
 	p.UID = types.UID("uid-" + p.Name)
 	return p
@@ -79,6 +92,8 @@ type postFilterResult struct {
 	code      fwk.Code
 	reason    string
 	deleted   []string
+	// regraced: pods deleted again with a shorter grace period, as "name=seconds".
+	regraced []string
 }
 
 func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, wantDeleted int) postFilterResult {
@@ -165,6 +180,11 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 	time.Sleep(200 * time.Millisecond)
 	deleted := deletedPods()
 	out.deleted = sets.List(deleted)
+	for _, a := range client.Actions() {
+		if d, ok := a.(clienttesting.DeleteAction); ok && a.GetResource().Resource == "pods" && d.GetDeleteOptions().GracePeriodSeconds != nil {
+			out.regraced = append(out.regraced, fmt.Sprintf("%s=%d", d.GetName(), *d.GetDeleteOptions().GracePeriodSeconds))
+		}
+	}
 	return out
 }
 
@@ -218,6 +238,23 @@ func TestFrameworkPostFilter(t *testing.T) {
 		},
 		want: postFilterResult{nominated: "n1", code: fwk.Success},
 	}, {
+		name:  "a pod terminating past its capped grace period is not waited for",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			stuck(bound(runningPod("finalizer-held", be, 4, time.Hour, 0), "n1")),
+			bound(runningPod("staying", be, 4, time.Minute, 0), "n1"),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"staying"}},
+	}, {
+		name:  "a victim asking for an hour's grace is deleted again with the cap",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			withGrace(bound(runningPod("slow-to-stop", be, 8, time.Minute, 0), "n1"), 3600),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"slow-to-stop"}, regraced: []string{"slow-to-stop=120"}},
+	}, {
 		name:  "inference never preempts pods that are not best-effort",
 		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
 		nodes: []*v1.Node{gpuNode("n1")},
@@ -240,7 +277,7 @@ func TestFrameworkPostFilter(t *testing.T) {
 			got := runPostFilter(t, tt.pod, tt.nodes, tt.pods, len(tt.want.deleted))
 			sort.Strings(tt.want.deleted)
 			if got.nominated != tt.want.nominated || got.code != tt.want.code || !strings.Contains(got.reason, tt.want.reason) ||
-				strings.Join(got.deleted, ",") != strings.Join(tt.want.deleted, ",") {
+				strings.Join(got.deleted, ",") != strings.Join(tt.want.deleted, ",") || strings.Join(got.regraced, ",") != strings.Join(tt.want.regraced, ",") {
 				t.Fatalf("PostFilter = %+v, want %+v", got, tt.want)
 			}
 		})

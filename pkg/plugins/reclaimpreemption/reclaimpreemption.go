@@ -8,10 +8,13 @@ package reclaimpreemption
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,6 +48,11 @@ type Args struct {
 	// for preemption, as in DefaultPreemptionArgs. Defaults 10 and 100.
 	MinCandidateNodesPercentage *int32 `json:"minCandidateNodesPercentage,omitempty"`
 	MinCandidateNodesAbsolute   *int32 `json:"minCandidateNodesAbsolute,omitempty"`
+	// MaxGraceSeconds caps the grace period of every victim (default 120, as
+	// gleaner-controller's --max-reclaim-grace): a victim asking for more is
+	// deleted again with this much, and a pod terminating past it no longer
+	// counts as making room.
+	MaxGraceSeconds *int32 `json:"maxGraceSeconds,omitempty"`
 }
 
 // Default fills unset fields.
@@ -56,6 +64,9 @@ func (a *Args) Default() {
 	if a.MinCandidateNodesAbsolute == nil {
 		a.MinCandidateNodesAbsolute = new(int32(100))
 	}
+	if a.MaxGraceSeconds == nil {
+		a.MaxGraceSeconds = new(int32(reclaim.DefaultMaxGrace / time.Second))
+	}
 }
 
 // Validate checks defaulted args.
@@ -66,6 +77,9 @@ func (a *Args) Validate(path *field.Path) field.ErrorList {
 	}
 	if n := *a.MinCandidateNodesAbsolute; n < 0 {
 		errs = append(errs, field.Invalid(path.Child("minCandidateNodesAbsolute"), n, "must be non-negative"))
+	}
+	if g := *a.MaxGraceSeconds; g <= 0 {
+		errs = append(errs, field.Invalid(path.Child("maxGraceSeconds"), g, "must be greater than 0"))
 	}
 	if *a.MinCandidateNodesPercentage == 0 && *a.MinCandidateNodesAbsolute == 0 {
 		errs = append(errs, field.Invalid(path.Child("minCandidateNodesAbsolute"), 0, "must be positive when minCandidateNodesPercentage is 0"))
@@ -80,6 +94,7 @@ type ReclaimPreemption struct {
 	evaluator *preemption.Evaluator
 	threshold int32
 	gpu       v1.ResourceName
+	maxGrace  time.Duration
 	clock     clock.PassiveClock
 }
 
@@ -105,7 +120,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	pl := &ReclaimPreemption{DefaultPreemption: dp, handle: h, threshold: args.Threshold(), gpu: args.Resource(), clock: clock.RealClock{}}
+	pl := &ReclaimPreemption{DefaultPreemption: dp, handle: h, threshold: args.Threshold(), gpu: args.Resource(),
+		maxGrace: time.Duration(*args.MaxGraceSeconds) * time.Second, clock: clock.RealClock{}}
+	// Upstream deletes a victim with its own grace period; delete it again with
+	// the capped one (the API server only ever shortens a deletion's grace).
+	preempt := dp.Executor.PreemptPod
+	dp.Executor.PreemptPod = func(ctx context.Context, c preemption.Candidate, preemptor preemption.ExecutorPreemptor, victim *v1.Pod, pluginName string) (bool, error) {
+		inMemory, err := preempt(ctx, c, preemptor, victim, pluginName)
+		if err != nil || inMemory {
+			return inMemory, err
+		}
+		return false, pl.capGrace(ctx, victim)
+	}
 	// DefaultPreemption's SelectVictimsOnNode consults these hooks.
 	dp.IsEligiblePod = pl.isEligibleVictim
 	dp.MoreImportantVictim = pl.moreImportantVictim
@@ -146,7 +172,9 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 }
 
 // nodeFreedByTerminatingPods returns a node where the pod fits once the
-// lower-priority pods already terminating there are gone, or "". Only nodes that
+// lower-priority pods already terminating there are gone, or "". A pod
+// terminating past its capped grace period (reclaim.Returning) does not count:
+// waiting for it could take an hour, or forever. Only nodes that
 // rejected the pod for a resolvable reason and hold such pods are tried, with the
 // same filter run the Evaluator uses.
 func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) string {
@@ -158,8 +186,9 @@ func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, sta
 	prio := corev1helpers.PodPriority(pod)
 	for _, ni := range nodes {
 		var leaving []fwk.PodInfo
+		now := pl.clock.Now()
 		for _, pi := range ni.GetPods() {
-			if p := pi.GetPod(); p.DeletionTimestamp != nil && corev1helpers.PodPriority(p) < prio {
+			if p := pi.GetPod(); reclaim.Returning(p, now, pl.maxGrace) && corev1helpers.PodPriority(p) < prio {
 				leaving = append(leaving, pi)
 			}
 		}
@@ -254,4 +283,19 @@ func (pl *ReclaimPreemption) lostWork(v preemption.Victim, now time.Time) float6
 		total += reclaim.LostWork(p, api.PodGPUs(p, pl.gpu), now)
 	}
 	return total
+}
+
+// capGrace deletes a victim whose own grace period exceeds the cap again, with
+// the cap, so it is gone within it.
+func (pl *ReclaimPreemption) capGrace(ctx context.Context, victim *v1.Pod) error {
+	grace := reclaim.CappedGrace(victim, pl.maxGrace)
+	if reclaim.Grace(victim) <= grace {
+		return nil
+	}
+	seconds := int64(grace / time.Second)
+	err := pl.handle.ClientSet().CoreV1().Pods(victim.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &seconds})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("capping the grace period of %s/%s at %ds: %w", victim.Namespace, victim.Name, seconds, err)
+	}
+	return nil
 }
