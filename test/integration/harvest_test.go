@@ -435,8 +435,9 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		}
 		env.waitVerdict("gpu-b", open(4), 15*time.Second)
 		env.stopController()
-		// The Lease lasts 3s; after that nothing may be placed, whatever the nodes say.
-		time.Sleep(4 * time.Second)
+		// A stopping controller releases its heartbeat: from then on nothing may
+		// be placed, whatever the nodes say.
+		time.Sleep(2 * time.Second)
 		env.create(bestEffortPod("be-late", 1))
 		env.waitEvent(researchNS, "be-late", "FailedScheduling", "heartbeat is stale", 10*time.Second)
 		env.assertStaysPending(researchNS, "be-late", 3*time.Second)

@@ -120,7 +120,7 @@ func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
 	// Nothing listens here: Setup must fail on the config alone.
 	writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}, kubeconfig)
 	tests := []struct{ from, to, wantErr string }{
-		{"gpuResourceName: nvidia.com/gpu\n      controllerLease:", "gpuResourceName: cpu\n      controllerLease:", "pluginConfig[GPUHarvest].args.gpuResourceName"},
+		{"gpuResourceName: nvidia.com/gpu\n      # gleaner-controller renews", "gpuResourceName: cpu\n      # gleaner-controller renews", "pluginConfig[GPUHarvest].args.gpuResourceName"},
 		{"name: gleaner-controller", "name: Not_A_Lease", "pluginConfig[GPUHarvest].args.controllerLease.name"},
 		{"bestEffortPriorityThreshold: 0", "bestEffortPriorityThreshold: low", "decoding GPUHarvest args"},
 	}

@@ -194,6 +194,16 @@ func TestHeartbeatObserveReportsTurningFresh(t *testing.T) {
 	if hb.observe(l2, l3) {
 		t.Fatal("a renewal while fresh reported turning fresh")
 	}
+	// A controller stops and releases the Lease; its successor renews it soon after.
+	released, successor := l("4"), l("5")
+	released.Spec.HolderIdentity = new("")
+	successor.Spec.HolderIdentity = new("c2")
+	clk.SetTime(now.Add(6 * time.Second))
+	hb.observe(l3, released)
+	clk.SetTime(now.Add(8 * time.Second))
+	if !hb.observe(released, successor) {
+		t.Fatal("the successor's first renewal after a release did not turn the heartbeat fresh")
+	}
 }
 
 func TestPreFilter(t *testing.T) {

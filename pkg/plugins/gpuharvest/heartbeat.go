@@ -68,7 +68,7 @@ func (h *heartbeat) observe(old, cur *coordinationv1.Lease) bool {
 		return false
 	}
 	now := h.clock.Now()
-	wasStale := h.judge(cur, now) != nil
+	wasStale := h.judge(old, now) != nil
 	h.mu.Lock()
 	h.seenAt = now
 	h.mu.Unlock()
