@@ -186,6 +186,9 @@ func validateMetricsFlags(o vllm.Options) error {
 	if o.Scheme == "http" && (o.CAFile != "" || o.TLSServerName != "") {
 		return fmt.Errorf("--metrics-ca-file and --metrics-tls-server-name need --metrics-scheme=https")
 	}
+	if o.BearerTokenFile != "" && (o.Scheme != "https" || o.TLSServerName == "") {
+		return fmt.Errorf("--metrics-bearer-token-file is sent only over --metrics-scheme=https with --metrics-tls-server-name set: any pod carrying the inference label would receive it")
+	}
 	for flag, file := range map[string]string{"--metrics-ca-file": o.CAFile, "--metrics-bearer-token-file": o.BearerTokenFile} {
 		if file == "" {
 			continue

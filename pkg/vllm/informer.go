@@ -192,6 +192,11 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 	case opts.Scheme == "http" && (opts.CAFile != "" || opts.TLSServerName != "" || opts.InsecureSkipTLSVerify):
 		errs = append(errs, errors.New("vllm informer: TLS settings are given but Scheme is http; set Scheme to https"))
 	}
+	// Any pod carrying the inference label is scraped: a token sent over plain
+	// HTTP, or to a server whose name was not verified, goes to whoever runs it.
+	if opts.BearerTokenFile != "" && (opts.Scheme != "https" || opts.TLSServerName == "" || opts.InsecureSkipTLSVerify) {
+		errs = append(errs, errors.New("vllm informer: a BearerTokenFile is sent only over https with a verified TLSServerName (and InsecureSkipTLSVerify off)"))
+	}
 	httpClient, err := NewHTTPClient(opts.ClientOptions)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("vllm informer: %w", err))

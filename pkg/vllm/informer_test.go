@@ -525,11 +525,28 @@ func TestInformerHTTPS(t *testing.T) {
 	client := fake.NewClientset(inferencePod("p", withAnnotation(api.AnnotationMetricsPort, u.Port())))
 	inf := runInformer(t, client, Options{
 		Interval: 20 * time.Millisecond, Timeout: time.Second, Scheme: "https",
-		ClientOptions: ClientOptions{CAFile: caFile, BearerTokenFile: writeFile(t, "token", "s3cret")},
+		// httptest's certificate names example.com.
+		ClientOptions: ClientOptions{CAFile: caFile, TLSServerName: "example.com", BearerTokenFile: writeFile(t, "token", "s3cret")},
 	})
 	waitFor(t, "a fresh scrape over HTTPS", func() bool { return only(t, inf.Snapshot()).Fresh })
 	if p := only(t, inf.Snapshot()); p.Metrics.Running != 1 {
 		t.Errorf("Running = %v, want 1", p.Metrics.Running)
+	}
+}
+
+// Any pod that carries the inference label is scraped, so the bearer token
+// goes only where TLS proves who is listening.
+func TestInformerRefusesToSendATokenUnverified(t *testing.T) {
+	token := writeFile(t, "token", "s3cret")
+	for _, opts := range []Options{
+		{ClientOptions: ClientOptions{BearerTokenFile: token}},
+		{Scheme: "https", ClientOptions: ClientOptions{BearerTokenFile: token}},
+		{Scheme: "https", ClientOptions: ClientOptions{BearerTokenFile: token, TLSServerName: "vllm", InsecureSkipTLSVerify: true}},
+	} {
+		err := NewInformer(fake.NewClientset(), opts).Err()
+		if err == nil || !strings.Contains(err.Error(), "BearerTokenFile is sent only over https with a verified TLSServerName") {
+			t.Errorf("%+v: %v, want the token refused", opts, err)
+		}
 	}
 }
 
