@@ -367,7 +367,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observat
 func (c *Controller) act(ctx context.Context, now time.Time, nodes []*v1.Node, d round.Decision) error {
 	logger := klog.FromContext(ctx)
 	for _, u := range d.Plan.Unplaced {
-		logger.Info("Headroom replica fits on no node", "service", u.Service, "gpus", u.GPUsPerReplica)
+		logger.Info("Headroom replicas fit on no node", "service", u.Service, "replicas", u.Replicas, "gpusPerReplica", u.GPUsPerReplica)
 	}
 	var errs []error
 	// Every verdict first: a node that must stop lending says so before any

@@ -58,7 +58,15 @@ type Service struct {
 	// Margin is a safety margin on load, as a fraction (0.1 keeps room for 10%
 	// more load than expected). Negative means 0.
 	Margin float64
+	// MaxReplicas bounds Needed (0: unbounded): the most replicas the service
+	// could ever run (its autoscaler's maximum, or what the pool can hold). No
+	// load, however large or forged, keeps room for more than that.
+	MaxReplicas int
 }
+
+// maxNeeded bounds Needed when MaxReplicas does not, so that no load, however
+// large, overflows the conversion to int.
+const maxNeeded = 1 << 20
 
 // Need is the demand model's answer for one service.
 type Need struct {
@@ -97,8 +105,10 @@ func (s Service) Target() float64 {
 //	and, if any replica is unknown, or has waiting requests while no replica is
 //	starting, at least current + 1
 //
-// A replica whose metrics are missing, stale or malformed counts as saturated
-// (fail closed): its service keeps room for one more replica.
+// A replica whose metrics are missing, stale or malformed (negative, NaN or
+// infinite) counts as saturated (fail closed): its service keeps room for one
+// more replica. An unreadable forecast (NaN) counts as unbounded. Needed is at
+// most max(MaxReplicas, current) when MaxReplicas is set.
 func Assess(s Service) Need {
 	target := s.Target()
 	n := Need{Service: s.Name, Current: len(s.Replicas), GPUsPerReplica: s.GPUsPerReplica, Target: target}
@@ -112,7 +122,7 @@ func Assess(s Service) Need {
 			starting++
 			continue
 		}
-		if !r.Known {
+		if !r.Known || !usable(r.Running) || !usable(r.Waiting) || !usable(r.KVCache) {
 			unknown++
 			continue
 		}
@@ -126,8 +136,23 @@ func Assess(s Service) Need {
 		}
 	}
 	n.Load, n.Complete = load, unknown == 0
-	planned := max(load, s.ForecastLoad) * (1 + max(s.Margin, 0))
-	n.Needed = int(math.Ceil(planned/target-1e-9)) + unknown
+	forecast := s.ForecastLoad
+	switch {
+	case math.IsNaN(forecast):
+		forecast = math.Inf(1)
+	case forecast < 0:
+		forecast = 0
+	}
+	planned := max(load, forecast) * (1 + max(s.Margin, 0))
+	limit := maxNeeded
+	if s.MaxReplicas > 0 {
+		limit = min(s.MaxReplicas, maxNeeded)
+	}
+	needed := math.Ceil(planned/target-1e-9) + float64(unknown)
+	if math.IsNaN(needed) {
+		needed = float64(limit) // unreadable: fail closed
+	}
+	n.Needed = int(min(needed, float64(limit)))
 	switch {
 	case unknown > 0:
 		n.Needed = max(n.Needed, n.Current+1)
@@ -142,6 +167,12 @@ func Assess(s Service) Need {
 	case n.Needed > n.Current:
 		n.Reason = fmt.Sprintf("load %.4g exceeds %d replicas x target %.4g", load, n.Current, target)
 	}
+	if s.MaxReplicas > 0 {
+		n.Needed = min(n.Needed, max(s.MaxReplicas, n.Current))
+	}
 	n.Spare = max(0, n.Needed-n.Current)
 	return n
 }
+
+// usable: a metric value a replica can report (finite, not negative).
+func usable(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }

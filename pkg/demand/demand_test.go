@@ -1,6 +1,9 @@
 package demand
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestAssess(t *testing.T) {
 	known := func(running, waiting float64, gpus int64) Replica {
@@ -131,5 +134,36 @@ func TestAssess(t *testing.T) {
 				t.Errorf("Reason = %q with Spare = %d: want a reason exactly when Spare > 0", got.Reason, got.Spare)
 			}
 		})
+	}
+}
+
+// Loads a tenant could report or forge: whatever they are, Assess gives a
+// bounded, non-negative answer, and an unreadable one fails closed.
+func TestAssessBoundsExtremeLoads(t *testing.T) {
+	extremes := []float64{0, 1, 1e6, 1e20, 1e300, math.MaxFloat64, math.Inf(1), math.Inf(-1), math.NaN(), -1}
+	for _, running := range extremes {
+		for _, forecast := range extremes {
+			for _, maxReplicas := range []int{0, 8} {
+				s := Service{Name: "s", TargetLoad: 16, GPUsPerReplica: 4, ForecastLoad: forecast, MaxReplicas: maxReplicas, Margin: 0.1,
+					Replicas: []Replica{{Known: true, Running: running, GPUs: 4}, {Known: true, Running: 1, GPUs: 4}}}
+				n := Assess(s)
+				limit := maxNeeded
+				if maxReplicas > 0 {
+					limit = maxReplicas
+				}
+				if n.Needed < 0 || n.Needed > max(limit, n.Current) || n.Spare < 0 || n.Spare > n.Needed {
+					t.Fatalf("running %g, forecast %g, max %d: needed %d spare %d", running, forecast, maxReplicas, n.Needed, n.Spare)
+				}
+				if math.IsNaN(n.Load) || math.IsInf(n.Load, 0) || n.Load < 0 {
+					t.Fatalf("running %g: load %g", running, n.Load)
+				}
+				if !usable(running) && (n.Complete || n.Needed < n.Current+1) {
+					t.Fatalf("running %g is unreadable but the replica was trusted: %+v", running, n)
+				}
+				if math.IsNaN(forecast) && n.Needed != max(limit, n.Current) {
+					t.Fatalf("an unreadable forecast needs %d, want the limit %d (fail closed)", n.Needed, limit)
+				}
+			}
+		}
 	}
 }

@@ -43,7 +43,7 @@ func HourOfWeek(t time.Time) int {
 // Observe records load at time now. Observations older than the hour in
 // progress are ignored (clocks do not run backwards for the profile).
 func (p *Profile) Observe(now time.Time, load float64) {
-	if math.IsNaN(load) || load < 0 {
+	if !(load >= 0) || math.IsInf(load, 1) {
 		return
 	}
 	hour := now.UTC().Truncate(time.Hour)
@@ -145,13 +145,16 @@ func (p *Profile) UnmarshalJSON(data []byte) error {
 	var q Profile
 	q.Weight = p.Weight
 	for h, l := range in.Hours {
-		if h < 0 || h >= HoursPerWeek || l.Weeks <= 0 || l.Peak < 0 || math.IsNaN(l.Peak) {
+		if h < 0 || h >= HoursPerWeek || l.Weeks <= 0 || !(l.Peak >= 0) || math.IsInf(l.Peak, 1) {
 			return fmt.Errorf("profile hour %d (peak %g, weeks %d) is out of range", h, l.Peak, l.Weeks)
 		}
 		q.Peak[h], q.Weeks[h] = l.Peak, l.Weeks
 	}
 	if in.Hour != nil {
-		q.Hour, q.HourPeak = in.Hour.UTC().Truncate(time.Hour), max(in.HourPeak, 0)
+		if !(in.HourPeak >= 0) || math.IsInf(in.HourPeak, 1) {
+			return fmt.Errorf("profile hour in progress has peak %g", in.HourPeak)
+		}
+		q.Hour, q.HourPeak = in.Hour.UTC().Truncate(time.Hour), in.HourPeak
 	}
 	*p = q
 	return nil

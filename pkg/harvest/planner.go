@@ -43,8 +43,9 @@ type NodePlan struct {
 // Plan is the result of one planning round.
 type Plan struct {
 	Nodes map[string]NodePlan
-	// Unplaced lists headroom replicas that fit on no node even with every
-	// best-effort pod gone; reclaiming cannot help them, so nothing is reserved.
+	// Unplaced lists headroom replicas, per service, that fit on no node even
+	// with every best-effort pod gone; reclaiming cannot help them, so nothing
+	// is reserved.
 	Unplaced []Headroom
 }
 
@@ -75,34 +76,36 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 		lendable = append(lendable, home{Node: n, spare: free})
 	}
 
-	var replicas []Headroom
+	// Headroom is counted, not listed replica by replica: a service asking for
+	// a billion replicas costs one placement per replica that fits, no more.
+	var wanted []Headroom
 	for _, h := range headroom {
-		if h.GPUsPerReplica <= 0 {
-			continue
-		}
-		for range h.Replicas {
-			replicas = append(replicas, Headroom{Service: h.Service, GPUsPerReplica: h.GPUsPerReplica, Replicas: 1})
+		if h.GPUsPerReplica > 0 && h.Replicas > 0 {
+			wanted = append(wanted, h)
 		}
 	}
-	sort.SliceStable(replicas, func(i, j int) bool { return replicas[i].GPUsPerReplica > replicas[j].GPUsPerReplica })
+	sort.SliceStable(wanted, func(i, j int) bool { return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica })
 
-	for _, r := range replicas {
-		var best *home
-		for i := range lendable {
-			h := &lendable[i]
-			if h.spare < r.GPUsPerReplica {
-				continue
+	for _, r := range wanted {
+		for placed := 0; placed < r.Replicas; placed++ {
+			var best *home
+			for i := range lendable {
+				h := &lendable[i]
+				if h.spare < r.GPUsPerReplica {
+					continue
+				}
+				if best == nil || betterHome(h, best, r.GPUsPerReplica) {
+					best = h
+				}
 			}
-			if best == nil || betterHome(h, best, r.GPUsPerReplica) {
-				best = h
+			if best == nil {
+				// Nothing holds this replica, so nothing holds the rest of them.
+				plan.Unplaced = append(plan.Unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - placed})
+				break
 			}
+			best.spare -= r.GPUsPerReplica
+			best.placed += r.GPUsPerReplica
 		}
-		if best == nil {
-			plan.Unplaced = append(plan.Unplaced, r)
-			continue
-		}
-		best.spare -= r.GPUsPerReplica
-		best.placed += r.GPUsPerReplica
 	}
 
 	for _, h := range lendable {

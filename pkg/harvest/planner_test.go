@@ -184,7 +184,7 @@ func TestMakePlan(t *testing.T) {
 			wantUnplaced: []Headroom{{Service: "big", GPUsPerReplica: 4, Replicas: 1}},
 		},
 		{
-			name: "replicas that fit nowhere are unplaced one by one, the rest placed",
+			name: "replicas that fit nowhere are unplaced, counted per service, the rest placed",
 			nodes: []Node{
 				with(poolNode("a", 8), reserved(4)),
 			},
@@ -193,8 +193,7 @@ func TestMakePlan(t *testing.T) {
 				"a": plan(closed, 0, 4, 0),
 			},
 			wantUnplaced: []Headroom{
-				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
-				{Service: "big", GPUsPerReplica: 4, Replicas: 1},
+				{Service: "big", GPUsPerReplica: 4, Replicas: 2},
 			},
 		},
 		{

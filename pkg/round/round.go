@@ -225,7 +225,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 			sd.Problems = svc.load(s)
 		}
 		in := demand.Service{Name: s.Key, Replicas: s.Replicas, Metric: s.Settings.Metric, TargetLoad: s.Settings.TargetLoad,
-			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin()}
+			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin(), MaxReplicas: maxReplicas(s, obs.Nodes)}
 		now0 := demand.Assess(in)
 		if now0.Complete && (len(s.Replicas) > 0 || s.Declared) {
 			svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
@@ -254,6 +254,31 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		}
 	}
 	return out
+}
+
+// maxReplicas is the most replicas a service could run, which bounds the
+// headroom kept for it: its autoscaler's maximum, else what the pool's nodes
+// could hold of its replicas (0: no bound, when its replica size is unknown).
+func maxReplicas(s Service, nodes []harvest.Node) int {
+	if s.Autoscale != nil && s.Autoscale.Limits.Max > 0 {
+		return s.Autoscale.Limits.Max
+	}
+	gpus := s.Settings.GPUsPerReplica
+	if gpus <= 0 {
+		for _, r := range s.Replicas {
+			gpus = max(gpus, r.GPUs) // as demand.Assess sizes replicas
+		}
+	}
+	if gpus <= 0 {
+		return 0
+	}
+	var fit int64
+	for _, n := range nodes {
+		if n.InPool {
+			fit += n.AllocatableGPUs / gpus
+		}
+	}
+	return int(max(fit, 1))
 }
 
 // load reads the service's stored profile, once. A service first seen without

@@ -1,6 +1,7 @@
 package round
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -189,4 +190,40 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
+}
+
+// FuzzPlanBoundsForgedLoad feeds one round a service whose replicas report
+// any load at all (the seeds: 0, 1e6, 1e20, 1e300, NaN, Inf, negative). The
+// headroom kept never exceeds what the pool's free GPUs could hold, nothing
+// panics, and an unreadable load keeps room (fails closed) rather than lending.
+func FuzzPlanBoundsForgedLoad(f *testing.F) {
+	for _, v := range []float64{0, 1, 1e6, 1e20, 1e300, math.MaxFloat64, math.Inf(1), math.NaN(), -5} {
+		f.Add(v, v, v)
+	}
+	f.Fuzz(func(t *testing.T, running, waiting, kv float64) {
+		nodes := []harvest.Node{
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 2},
+		}
+		p := New(Config{})
+		for _, metric := range []demand.Metric{demand.Requests, demand.KVCache} {
+			d := p.Plan(Observation{Now: t0, Nodes: nodes, Published: map[string]int64{"n2": 8},
+				Services: []Service{{Key: "tenant/forged", Declared: true, Settings: demand.Settings{Metric: metric, TargetLoad: 0.8},
+					Replicas: []demand.Replica{{Known: true, Running: running, Waiting: waiting, KVCache: kv, GPUs: 4}}}},
+				BestEffort: func(map[string]bool) []reclaim.Candidate { return nil }})
+			var kept int64
+			for _, np := range d.Plan.Nodes {
+				kept += np.HeadroomGPUs
+				if np.HarvestableGPUs < 0 || np.ReclaimGPUs < 0 {
+					t.Fatalf("plan %+v", d.Plan.Nodes)
+				}
+			}
+			if free := int64(4 + 8); kept > free {
+				t.Fatalf("headroom %d GPUs on a pool with %d free", kept, free)
+			}
+			if need := d.Services[0].Need; need.Needed > 4 || need.Spare < 0 {
+				t.Fatalf("needed %d replicas of 4 GPUs on a pool that holds 4", need.Needed)
+			}
+		}
+	})
 }
