@@ -39,19 +39,20 @@ func main() {
 
 func run(args []string) error {
 	var (
-		kubeconfig   string
-		poolSelector string
-		threshold    int32
-		gpuResource  string
-		leaderElect  bool
-		showVersion  bool
-		bindAddress  string
-		windows      string
-		windowZone   string
-		cfg          = controller.Config{Policy: round.DefaultConfig()}
-		le           = controller.DefaultLeaderElection()
-		fs           = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
-		klogFlags    = flag.NewFlagSet("klog", flag.ContinueOnError)
+		kubeconfig                 string
+		poolSelector               string
+		inferenceNamespaceSelector string
+		threshold                  int32
+		gpuResource                string
+		leaderElect                bool
+		showVersion                bool
+		bindAddress                string
+		windows                    string
+		windowZone                 string
+		cfg                        = controller.Config{Policy: round.DefaultConfig()}
+		le                         = controller.DefaultLeaderElection()
+		fs                         = pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
+		klogFlags                  = flag.NewFlagSet("klog", flag.ContinueOnError)
 	)
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
 	fs.StringVar(&poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
@@ -76,7 +77,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Policy.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
 	fs.IntVar(&cfg.Policy.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
 	fs.DurationVar(&cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
-	fs.StringSliceVar(&cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated; empty for all.")
+	fs.StringSliceVar(&cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated: the only ones whose inference pods and Deployments count. Empty: every namespace labelled by --inference-namespace-selector.")
+	fs.StringVar(&inferenceNamespaceSelector, "inference-namespace-selector", api.LabelInferenceNamespace+"=true", "Label selector of the namespaces opted in as inference when --inference-namespaces is empty. Inference pods elsewhere make no demand, so tenants cannot forge it; only the admin should be able to label namespaces.")
 	fs.StringVar(&cfg.Metrics.Scheme, "metrics-scheme", "http", "Scheme of the vLLM metrics endpoints: http or https.")
 	fs.StringVar(&cfg.Metrics.CAFile, "metrics-ca-file", "", "CA bundle that signs the vLLM endpoints' serving certificates (https).")
 	fs.StringVar(&cfg.Metrics.TLSServerName, "metrics-tls-server-name", "", "Server name to verify the vLLM endpoints' certificates against (https).")
@@ -108,6 +110,12 @@ func run(args []string) error {
 		return fmt.Errorf("--pool-selector %q: %w", poolSelector, err)
 	}
 	cfg.PoolSelector = sel
+	if cfg.InferenceNamespaceSelector, err = labels.Parse(inferenceNamespaceSelector); err != nil {
+		return fmt.Errorf("--inference-namespace-selector %q: %w", inferenceNamespaceSelector, err)
+	}
+	if cfg.InferenceNamespaceSelector.Empty() && len(cfg.Metrics.Namespaces) == 0 {
+		return fmt.Errorf("--inference-namespace-selector is empty and --inference-namespaces lists none: every namespace, tenants' included, would count as inference")
+	}
 	if cfg.Policy.Windows, err = harvest.ParseWindows(windows, windowZone); err != nil {
 		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", windows, windowZone, err)
 	}

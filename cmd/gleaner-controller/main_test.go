@@ -40,6 +40,9 @@ current-context: c
 		{[]string{"--reclaim-lead", "0s"}, "--reclaim-lead"},
 		{[]string{"--harvest-windows", "25:00-08:00"}, "--harvest-windows"},
 		{[]string{"--sync-period", "-1s"}, "--sync-period"},
+		{[]string{"--inference-namespace-selector", ""}, "every namespace, tenants' included, would count as inference"},
+		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},
+		{[]string{"--max-reclaim-grace", "0s"}, "--max-reclaim-grace"},
 	} {
 		err := run(append([]string{"--kubeconfig", kubeconfig, "--bind-address", ""}, tt.args...))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

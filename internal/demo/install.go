@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 // Namespaces of the demo's workloads.
@@ -79,8 +81,12 @@ func installGleanerAPIs(ctx context.Context, c *cluster, objs []*unstructured.Un
 			}
 		}
 	}
-	for _, ns := range []string{servingNS, researchNS} {
-		if _, err := c.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	for _, ns := range []*v1.Namespace{
+		// The admin opts the inference namespace in; research is a tenant's.
+		{ObjectMeta: metav1.ObjectMeta{Name: servingNS, Labels: map[string]string{api.LabelInferenceNamespace: "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: researchNS}},
+	} {
+		if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}

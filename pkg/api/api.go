@@ -20,6 +20,11 @@ const (
 	DefaultMetricsPort    = 8000
 	DefaultMetricsPath    = "/metrics"
 
+	// LabelInferenceNamespace opts a namespace in as inference (value "true"):
+	// only there do inference pods and Deployments make services whose demand
+	// Gleaner keeps room for. It is the cluster admin's to set, not a tenant's.
+	LabelInferenceNamespace = "gleaner.dev/inference"
+
 	// LabelPool marks the GPU nodes Gleaner may lend (value PoolInference by default).
 	LabelPool     = "gleaner.dev/pool"
 	PoolInference = "inference"

@@ -46,6 +46,12 @@ type Config struct {
 	BestEffortPriorityThreshold *int32
 	// GPUResource is the resource lent. Default nvidia.com/gpu.
 	GPUResource v1.ResourceName
+	// InferenceNamespaceSelector picks the namespaces the admin opted in as
+	// inference when Metrics.Namespaces lists none; with a list, the listed
+	// namespaces are the opted-in ones. Inference pods and Deployments
+	// elsewhere make no service: a tenant cannot forge demand. Default
+	// gleaner.dev/inference=true.
+	InferenceNamespaceSelector labels.Selector
 	// SyncPeriod is how often the plan is recomputed. Default: the scrape interval.
 	SyncPeriod time.Duration
 	// TargetLoad is the running+waiting requests one replica should carry, unless
@@ -94,6 +100,9 @@ func (c *Config) defaults() {
 	}
 	if c.GPUResource == "" {
 		c.GPUResource = api.GPUResource
+	}
+	if c.InferenceNamespaceSelector == nil {
+		c.InferenceNamespaceSelector = labels.SelectorFromSet(labels.Set{api.LabelInferenceNamespace: "true"})
 	}
 	if c.Metrics.Interval <= 0 {
 		c.Metrics.Interval = 5 * time.Second
@@ -148,6 +157,7 @@ type Controller struct {
 	// deployments: inference Deployments carry per-service settings, the
 	// learned profile, and the autoscaler's scale subresource.
 	deployments appslisters.DeploymentLister
+	namespaces  corelisters.NamespaceLister
 	synced      []cache.InformerSynced
 	load        loadSource
 	evictor     *reclaim.Evictor
@@ -188,6 +198,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 	nodes := factory.Core().V1().Nodes()
 	pods := factory.Core().V1().Pods()
 	deployments := factory.Apps().V1().Deployments()
+	namespaces := factory.Core().V1().Namespaces()
 	broadcast := record.NewBroadcaster()
 	recorder := broadcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component})
 	return &Controller{
@@ -197,7 +208,9 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		nodes:       nodes.Lister(),
 		pods:        pods.Lister(),
 		deployments: deployments.Lister(),
-		synced:      []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced},
+		namespaces:  namespaces.Lister(),
+		synced: []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced,
+			namespaces.Informer().HasSynced},
 		load:        load,
 		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace},
 		broadcast:   broadcast,

@@ -51,8 +51,8 @@ func fresh(namespace, service string, running, waiting float64, gpus int64) vllm
 // testCluster is a controller over a fake API whose listers read indexers the
 // test fills: no informer timing, no apiserver.
 type testCluster struct {
-	client                   *fake.Clientset
-	nodes, pods, deployments cache.Indexer
+	client                               *fake.Clientset
+	nodes, pods, deployments, namespaces cache.Indexer
 	load                     *staticLoad
 	clock                    *testingclock.FakePassiveClock
 	c                        *Controller
@@ -66,6 +66,7 @@ func newTestCluster(t *testing.T, cfg Config) *testCluster {
 		nodes:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		deployments: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		namespaces:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		load:        &staticLoad{},
 		clock:       testingclock.NewFakePassiveClock(t0),
 		recorder:    record.NewFakeRecorder(1000),
@@ -76,6 +77,17 @@ func newTestCluster(t *testing.T, cfg Config) *testCluster {
 	tc.c.nodes = corelisters.NewNodeLister(tc.nodes)
 	tc.c.pods = corelisters.NewPodLister(tc.pods)
 	tc.c.deployments = appslisters.NewDeploymentLister(tc.deployments)
+	tc.c.namespaces = corelisters.NewNamespaceLister(tc.namespaces)
+	// The admin opted serving and sim in as inference; research is a tenant's.
+	for _, ns := range []*v1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "serving", Labels: map[string]string{api.LabelInferenceNamespace: "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "sim", Labels: map[string]string{api.LabelInferenceNamespace: "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "research"}},
+	} {
+		if err := tc.namespaces.Add(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tc.c.recorder = tc.recorder
 	tc.c.evictor.Recorder = tc.recorder
 	return tc
@@ -391,5 +403,43 @@ func TestHeartbeatOnlyAfterEveryVerdictIsPublished(t *testing.T) {
 	l, _ := tc.client.CoordinationV1().Leases(api.SystemNamespace).Get(context.Background(), api.HeartbeatLeaseName, metav1.GetOptions{})
 	if *l.Spec.HolderIdentity != "" || tc.c.Planning() != nil {
 		t.Fatalf("after release: holder %q, readiness %v; want an empty holder and a standby that is ready", *l.Spec.HolderIdentity, tc.c.Planning())
+	}
+}
+
+// Inference pods and Deployments in a namespace the admin did not opt in make
+// no demand: a tenant labelling its own pods "inference", with a demand
+// profile and a huge load, moves no verdict and evicts nothing.
+func TestForgedDemandFromATenantNamespaceIsIgnored(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute}})
+	forged := testobj.Deployment("research", "forged", 0, 8, map[string]string{
+		api.AnnotationDemandProfile: `{"v":1,"hours":{"0":{"peak":1e300,"weeks":9}}}`, api.AnnotationGPUsPerReplica: "8"})
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil),
+		testobj.Inference("research", "forged-0", "forged", "a", 0), forged,
+		testobj.BestEffort("research", "job", "b", 8, t0.Add(-time.Hour)))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4), fresh("research", "forged", 1e9, 1e9, 8)}
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := only(writes, "pods/eviction"); len(got) != 0 {
+		t.Fatalf("evicted %v for a tenant's forged demand", got)
+	}
+	if v := tc.verdict(t, "b"); v != (harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: 8}) {
+		t.Fatalf("b: %+v, want open for 8: the forged service is no service", v)
+	}
+	if d, _ := tc.client.AppsV1().Deployments("research").Get(context.Background(), "forged", metav1.GetOptions{}); d.Annotations[api.AnnotationDemandProfile] != forged.Annotations[api.AnnotationDemandProfile] {
+		t.Fatal("the controller wrote to a tenant's Deployment")
+	}
+
+	// The same service, once the admin opts its namespace in, is one: it asks
+	// for room, bounded by what the pool can hold.
+	opted := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "research", Labels: map[string]string{api.LabelInferenceNamespace: "true"}}}
+	if err := tc.namespaces.Update(opted); err != nil {
+		t.Fatal(err)
+	}
+	writes, _ = tc.sync(t, t0.Add(5*time.Second))
+	if got := only(writes, "pods/eviction"); len(got) != 1 {
+		t.Fatalf("evictions %v once the namespace is opted in, want the job on b", got)
 	}
 }

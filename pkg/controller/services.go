@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -69,7 +70,11 @@ func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64)
 		klog.FromContext(ctx).Error(err, "Listing Deployments; planning on pod load alone")
 	}
 	replicas := map[string][]demand.Replica{}
+	optedIn := c.inferenceNamespaces()
 	for _, pl := range c.load.Snapshot() {
+		if !optedIn(pl.Namespace) {
+			continue
+		}
 		key := pl.Namespace + "/" + pl.Service
 		replicas[key] = append(replicas[key], demand.Replica{
 			Known:    pl.Fresh,
@@ -81,7 +86,7 @@ func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64)
 		})
 	}
 	for _, d := range deployments {
-		if d.Spec.Template.Labels[api.LabelRole] == api.RoleInference {
+		if d.Spec.Template.Labels[api.LabelRole] == api.RoleInference && optedIn(d.Namespace) {
 			key := d.Namespace + "/" + serviceOf(d)
 			if _, ok := replicas[key]; !ok {
 				replicas[key] = nil
@@ -118,6 +123,19 @@ func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64)
 		services = append(services, s)
 	}
 	return services, problems
+}
+
+// inferenceNamespaces says which namespaces the admin opted in as inference:
+// those listed in Metrics.Namespaces when any are, else those whose labels
+// match InferenceNamespaceSelector. A namespace that cannot be read is not.
+func (c *Controller) inferenceNamespaces() func(string) bool {
+	if listed := c.cfg.Metrics.Namespaces; len(listed) > 0 && !slices.Contains(listed, metav1.NamespaceAll) {
+		return func(ns string) bool { return slices.Contains(listed, ns) }
+	}
+	return func(name string) bool {
+		ns, err := c.namespaces.Get(name)
+		return err == nil && c.cfg.InferenceNamespaceSelector.Matches(labels.Set(ns.Labels))
+	}
 }
 
 // report records an Event on the service's Deployment when its problems

@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 // controlPlane is a running etcd + kube-apiserver.
@@ -83,9 +85,15 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config, path string) {
 	}
 }
 
+// createNamespace creates a namespace; servingNS is opted in as inference, as
+// the admin labels it.
 func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
 	t.Helper()
-	_, err := client.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if name == servingNS {
+		ns.Labels = map[string]string{api.LabelInferenceNamespace: "true"}
+	}
+	_, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}

@@ -144,6 +144,7 @@ func TestInstall(t *testing.T) {
 			"gleaner-controller": append([]check{
 				{"patch", "", "nodes", "", "", "gpu-a", true},
 				{"watch", "", "pods", "", "", "", true},
+				{"watch", "", "namespaces", "", "", "", true},
 				{"create", "", "pods", "eviction", "research", "", true},
 				{"create", "", "events", "", "research", "", true},
 				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
