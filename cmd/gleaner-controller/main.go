@@ -68,6 +68,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.Policy.ReclaimLead, "reclaim-lead", cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
 	fs.StringVar(&windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	fs.StringVar(&windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
+	fs.DurationVar(&cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
 	fs.DurationVar(&cfg.MaxReclaimGrace, "max-reclaim-grace", reclaim.DefaultMaxGrace, "Longest grace period a reclaimed best-effort pod gets to checkpoint, whatever its own terminationGracePeriodSeconds; a pod still terminating past it counts as owing its GPUs, so others are evicted.")
 	fs.BoolVar(&cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
 	fs.DurationVar(&cfg.Policy.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
@@ -136,6 +137,9 @@ func run(args []string) error {
 	}
 	if err := validateMetricsFlags(cfg.Metrics); err != nil {
 		return err
+	}
+	if cfg.StartupDeadline <= 0 {
+		return fmt.Errorf("--inference-startup-deadline %v: must be positive", cfg.StartupDeadline)
 	}
 	if cfg.MaxReclaimGrace <= 0 {
 		return fmt.Errorf("--max-reclaim-grace %v: must be positive", cfg.MaxReclaimGrace)

@@ -63,6 +63,10 @@ type Config struct {
 	// Policy is the planning round's configuration (forecast, gate, reclaim
 	// lead, autoscaler); the simulator runs the same.
 	Policy round.Config
+	// StartupDeadline bounds how long a bound inference pod that has never
+	// been scraped counts as starting (capacity coming, no load yet); past it,
+	// it counts as unknown, that is saturated. Default 15 minutes.
+	StartupDeadline time.Duration
 	// MaxReclaimGrace caps the grace period of every eviction; a pod still
 	// terminating past it has its GPUs counted as owed. Default
 	// reclaim.DefaultMaxGrace.
@@ -122,6 +126,9 @@ func (c *Config) defaults() {
 	if c.Policy.Autoscale.MaxReplicas <= 0 {
 		c.Policy.Autoscale.MaxReplicas = 64
 	}
+	if c.StartupDeadline <= 0 {
+		c.StartupDeadline = DefaultStartupDeadline
+	}
 	if c.MaxReclaimGrace <= 0 {
 		c.MaxReclaimGrace = reclaim.DefaultMaxGrace
 	}
@@ -138,6 +145,10 @@ func (c *Config) defaults() {
 		c.Heartbeat.Timeout = max(15*time.Second, 3*c.SyncPeriod)
 	}
 }
+
+// DefaultStartupDeadline is how long an inference pod may take from creation
+// to its first scrape (image pull, model load) before it reads as saturated.
+const DefaultStartupDeadline = 15 * time.Minute
 
 // loadSource is the services' observed load: the vLLM metrics informer.
 type loadSource interface {
@@ -211,11 +222,11 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		namespaces:  namespaces.Lister(),
 		synced: []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced,
 			namespaces.Informer().HasSynced},
-		load:        load,
-		evictor:     &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace},
-		broadcast:   broadcast,
-		recorder:    recorder,
-		planner:     round.New(cfg.Policy),
+		load:      load,
+		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace},
+		broadcast: broadcast,
+		recorder:  recorder,
+		planner:   round.New(cfg.Policy),
 		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
 			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
 
@@ -371,7 +382,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observat
 		return out
 	}
 	var problems map[string][]string
-	obs.Services, problems = c.observeServices(ctx, largestNodeGPUs)
+	obs.Services, problems = c.observeServices(ctx, now, largestNodeGPUs)
 	return obs, nodeList, podList, problems, nil
 }
 

@@ -42,9 +42,9 @@ func (s *staticLoad) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 func (s *staticLoad) HasSynced() bool               { return true }
 func (s *staticLoad) Snapshot() []vllm.PodLoad      { return s.loads }
 
-// fresh is one replica's load as a fresh scrape reports it.
+// fresh is one bound replica's load as a fresh scrape reports it.
 func fresh(namespace, service string, running, waiting float64, gpus int64) vllm.PodLoad {
-	return vllm.PodLoad{Namespace: namespace, Service: service, GPUs: gpus, Fresh: true, ScrapedAt: t0,
+	return vllm.PodLoad{Namespace: namespace, Service: service, NodeName: "a", GPUs: gpus, Fresh: true, ScrapedAt: t0,
 		Metrics: vllm.Metrics{Running: running, Waiting: waiting}}
 }
 
@@ -53,10 +53,10 @@ func fresh(namespace, service string, running, waiting float64, gpus int64) vllm
 type testCluster struct {
 	client                               *fake.Clientset
 	nodes, pods, deployments, namespaces cache.Indexer
-	load                     *staticLoad
-	clock                    *testingclock.FakePassiveClock
-	c                        *Controller
-	recorder                 *record.FakeRecorder
+	load                                 *staticLoad
+	clock                                *testingclock.FakePassiveClock
+	c                                    *Controller
+	recorder                             *record.FakeRecorder
 }
 
 func newTestCluster(t *testing.T, cfg Config) *testCluster {
@@ -441,5 +441,42 @@ func TestForgedDemandFromATenantNamespaceIsIgnored(t *testing.T) {
 	writes, _ = tc.sync(t, t0.Add(5*time.Second))
 	if got := only(writes, "pods/eviction"); len(got) != 1 {
 		t.Fatalf("evictions %v once the namespace is opted in, want the job on b", got)
+	}
+}
+
+// A replica that is pending (not yet bound) holds no GPU: its room is kept at
+// once, so the node drains before the replica would wait; one bound but never
+// scraped counts as starting only until the startup deadline.
+func TestPendingAndNeverReadyReplicasKeepRoom(t *testing.T) {
+	tc := newTestCluster(t, Config{StartupDeadline: 10 * time.Minute, Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(2, nil),
+		testobj.BestEffort("research", "job-a", "a", 4, t0.Add(-time.Hour)),
+		testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour)))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 4, 0, 4),
+		{Namespace: "serving", Service: "chat", Name: "chat-1", GPUs: 4, Created: t0}} // pending: no node yet
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := only(writes, "pods/eviction"); len(got) != 1 {
+		t.Fatalf("evictions %v: the pending replica's 4 GPUs must be taken back at once", got)
+	}
+
+	// Bound now, on a, but its vLLM never answers: capacity while it may still
+	// be loading, saturated after the startup deadline (room for one more).
+	tc.load.loads[1].NodeName = "a"
+	need := func(at time.Time) int {
+		obs, _, _, _, err := tc.c.observe(context.Background(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc.c.planner.Plan(obs).Services[0].Need.Spare
+	}
+	if spare := need(t0.Add(5 * time.Minute)); spare != 0 {
+		t.Fatalf("5 minutes after creation: spare %d, want 0 (still starting)", spare)
+	}
+	if spare := need(t0.Add(11 * time.Minute)); spare != 1 {
+		t.Fatalf("past the startup deadline: spare %d, want 1 (it never became ready)", spare)
 	}
 }

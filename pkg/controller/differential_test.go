@@ -135,7 +135,7 @@ func clusterOf(s step, cfg simulate.Config) ([]runtime.Object, []vllm.PodLoad) {
 			api.AnnotationGPUsPerReplica: strconv.FormatInt(cfg.GPUsPerReplica, 10),
 		}))
 		for _, r := range svc.Replicas {
-			loads = append(loads, vllm.PodLoad{Namespace: "sim", Service: svc.Key, GPUs: r.GPUs, Fresh: r.Known,
+			loads = append(loads, vllm.PodLoad{Namespace: "sim", Service: svc.Key, NodeName: "bound", GPUs: r.GPUs, Fresh: r.Known,
 				ScrapedAt: s.now, Metrics: vllm.Metrics{Running: r.Running, Waiting: r.Waiting}})
 		}
 	}

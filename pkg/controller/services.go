@@ -64,7 +64,7 @@ func serviceOf(d *appsv1.Deployment) string {
 // stored profile and autoscaling from its Deployment. It remembers each
 // service's Deployment for acting on the decision, and returns each service's
 // annotation problems.
-func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64) ([]round.Service, map[string][]string) {
+func (c *Controller) observeServices(ctx context.Context, now time.Time, largestNodeGPUs int64) ([]round.Service, map[string][]string) {
 	deployments, err := c.deployments.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments; planning on pod load alone")
@@ -77,8 +77,10 @@ func (c *Controller) observeServices(ctx context.Context, largestNodeGPUs int64)
 		}
 		key := pl.Namespace + "/" + pl.Service
 		replicas[key] = append(replicas[key], demand.Replica{
-			Known:    pl.Fresh,
-			Starting: !pl.Fresh && pl.ScrapedAt.IsZero() && pl.LastError == nil,
+			Pending: pl.NodeName == "",
+			Known:   pl.Fresh,
+			// Never scraped yet, and not for longer than a start may take.
+			Starting: !pl.Fresh && pl.ScrapedAt.IsZero() && pl.LastError == nil && now.Sub(pl.Created) < c.cfg.StartupDeadline,
 			Running:  pl.Metrics.Running,
 			Waiting:  pl.Metrics.Waiting,
 			KVCache:  pl.Metrics.KVCacheUsage,

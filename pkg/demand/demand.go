@@ -27,6 +27,9 @@ const (
 
 // Replica is one inference pod of a service as the metrics informer sees it.
 type Replica struct {
+	// Pending: the pod is not bound to a node yet. It holds no GPU and serves
+	// nothing: the GPUs it asks for are headroom, kept at once.
+	Pending bool
 	// Known: the pod's metrics are fresh.
 	Known bool
 	// Starting: the pod has not been scraped yet (not Ready, or Ready since the
@@ -102,8 +105,9 @@ func (s Service) Target() float64 {
 //
 //	planned = max(load of known replicas, ForecastLoad) x (1 + Margin)
 //	needed  = ceil(planned / target) + unknown replicas
-//	and, if any replica is unknown, or has waiting requests while no replica is
-//	starting, at least current + 1
+//	and at least current + pending replicas (pending: not yet bound; current
+//	counts the bound ones), and, if any replica is unknown, or has waiting
+//	requests while no replica is starting or pending, at least current + 1
 //
 // A replica whose metrics are missing, stale or malformed (negative, NaN or
 // infinite) counts as saturated (fail closed): its service keeps room for one
@@ -111,12 +115,16 @@ func (s Service) Target() float64 {
 // most max(MaxReplicas, current) when MaxReplicas is set.
 func Assess(s Service) Need {
 	target := s.Target()
-	n := Need{Service: s.Name, Current: len(s.Replicas), GPUsPerReplica: s.GPUsPerReplica, Target: target}
+	n := Need{Service: s.Name, GPUsPerReplica: s.GPUsPerReplica, Target: target}
 	var load float64
-	var unknown, waiting, starting int
+	var unknown, waiting, starting, pending int
 	for _, r := range s.Replicas {
 		if s.GPUsPerReplica <= 0 {
 			n.GPUsPerReplica = max(n.GPUsPerReplica, r.GPUs)
+		}
+		if r.Pending {
+			pending++
+			continue
 		}
 		if r.Starting && !r.Known {
 			starting++
@@ -135,6 +143,7 @@ func Assess(s Service) Need {
 			waiting++
 		}
 	}
+	n.Current = len(s.Replicas) - pending
 	n.Load, n.Complete = load, unknown == 0
 	forecast := s.ForecastLoad
 	switch {
@@ -154,12 +163,17 @@ func Assess(s Service) Need {
 	}
 	n.Needed = int(min(needed, float64(limit)))
 	switch {
+	case pending > 0 && n.Needed < n.Current+pending:
+		// Whoever created the pending replicas wants them: keep their room.
+		n.Needed = n.Current + pending
+		n.Reason = fmt.Sprintf("%d replicas are pending", pending)
 	case unknown > 0:
 		n.Needed = max(n.Needed, n.Current+1)
 		n.Reason = fmt.Sprintf("%d of %d replicas have no fresh metrics", unknown, n.Current)
-	case waiting > 0 && starting == 0:
-		// A replica already starting is the one more the waiting requests ask
-		// for: they move to it once it serves, so no further room is kept.
+	case waiting > 0 && starting == 0 && pending == 0:
+		// A replica already starting or pending is the one more the waiting
+		// requests ask for: they move to it once it serves, so no further room
+		// is kept.
 		n.Needed = max(n.Needed, n.Current+1)
 		n.Reason = fmt.Sprintf("%d replicas have waiting requests", waiting)
 	case n.Needed > n.Current && s.ForecastLoad > load:

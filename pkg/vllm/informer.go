@@ -112,14 +112,15 @@ func (o Options) namespaces() []string {
 
 // PodLoad is the informer's view of one inference pod.
 //
-// The planning round reads Service, GPUs, Fresh, ScrapedAt, LastError and, of
+// The planning round reads Service, NodeName, Created, GPUs, Fresh, ScrapedAt, LastError and, of
 // Metrics, Running, Waiting and KVCacheUsage. Rates and the rest of Metrics
 // are diagnostic, for whoever debugs a service's signal: no decision depends
 // on them.
 type PodLoad struct {
 	Namespace, Name string
-	Service         string // label api.LabelService, else the owning Deployment, else the owner's name, else the pod name
-	NodeName        string
+	Service         string    // label api.LabelService, else the owning Deployment, else the owner's name, else the pod name
+	NodeName        string    // empty while the pod is pending
+	Created         time.Time // the pod's creation time
 	GPUs            int64     // api.PodGPUs(pod, GPUResource)
 	Metrics         Metrics   // last successful scrape
 	Rates           Rates     // between the last two successful scrapes
@@ -250,6 +251,7 @@ func slimPod(obj any) (any, error) {
 			Labels:            pod.Labels,
 			OwnerReferences:   pod.OwnerReferences,
 			DeletionTimestamp: pod.DeletionTimestamp,
+			CreationTimestamp: pod.CreationTimestamp,
 		},
 		Spec: corev1.PodSpec{
 			NodeName:       pod.Spec.NodeName,
@@ -524,6 +526,7 @@ func (i *Informer) Snapshot() []PodLoad {
 			Name:      pod.Name,
 			Service:   serviceName(pod),
 			NodeName:  pod.Spec.NodeName,
+			Created:   pod.CreationTimestamp.Time,
 			GPUs:      api.PodGPUs(pod, i.opts.GPUResource),
 			Metrics:   ep.metrics.clone(),
 			Rates:     ep.rates,
