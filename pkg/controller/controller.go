@@ -185,8 +185,9 @@ type Controller struct {
 	served map[string]*appsv1.Deployment
 	// reported: each service's last set of problems reported as an Event.
 	reported map[string]string
-	// forecastSeries: the services with a forecast load series exported.
-	forecastSeries map[string]bool
+	// forecastSeries: the services with a forecast load series exported;
+	// harvestSeries: the namespaces with a harvested GPU-seconds series.
+	forecastSeries, harvestSeries map[string]bool
 }
 
 // New builds a controller, or says what is wrong with cfg. Nothing runs until
@@ -462,6 +463,10 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 		case api.IsBestEffort(p, threshold):
 			if elapsed > 0 {
 				harvestedGPUSeconds.WithLabelValues(p.Namespace).Add(float64(api.PodGPUs(p, c.cfg.GPUResource)) * elapsed)
+				if c.harvestSeries == nil {
+					c.harvestSeries = map[string]bool{}
+				}
+				c.harvestSeries[p.Namespace] = true
 			}
 		case api.IsInference(p):
 			scheduled := scheduledAt(p)
@@ -475,6 +480,14 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 		}
 	}
 	c.seenBound = present
+	// A namespace that is gone takes its series with it: tenants' namespaces
+	// come and go, and the controller's memory must not grow with them.
+	for ns := range c.harvestSeries {
+		if _, err := c.namespaces.Get(ns); apierrors.IsNotFound(err) {
+			harvestedGPUSeconds.DeleteLabelValues(ns)
+			delete(c.harvestSeries, ns)
+		}
+	}
 }
 
 // scheduledAt is when the pod's PodScheduled condition turned true.
@@ -525,6 +538,18 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		case np.ReclaimGPUs == 0 && draining:
 			reclaimLatency.Observe(now.Sub(since).Seconds())
 			delete(c.drainingSince, n.Name)
+		}
+	}
+	// A node deleted while it drained is no longer timed.
+	if len(c.drainingSince) > 0 {
+		present := make(map[string]bool, len(nodes))
+		for _, n := range nodes {
+			present[n.Name] = true
+		}
+		for name := range c.drainingSince {
+			if !present[name] {
+				delete(c.drainingSince, name)
+			}
 		}
 	}
 	for state, v := range map[string]int64{"serving": serving, "lent": lent, "headroom": headroom, "harvestable": harvestable, "idle": idle} {

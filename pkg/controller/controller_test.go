@@ -61,6 +61,7 @@ type testCluster struct {
 
 func newTestCluster(t *testing.T, cfg Config) *testCluster {
 	t.Helper()
+	RegisterMetrics() // as the binary does: series are created, and deleted, for real
 	tc := &testCluster{
 		client:      fake.NewClientset(),
 		nodes:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
@@ -478,5 +479,41 @@ func TestPendingAndNeverReadyReplicasKeepRoom(t *testing.T) {
 	}
 	if spare := need(t0.Add(11 * time.Minute)); spare != 1 {
 		t.Fatalf("past the startup deadline: spare %d, want 1 (it never became ready)", spare)
+	}
+}
+
+// The controller forgets what belonged to deleted namespaces and nodes.
+func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
+	tc := newTestCluster(t, Config{SyncPeriod: 5 * time.Second, Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	job := testobj.BestEffort("gone-tomorrow", "job", "b", 8, t0.Add(-time.Hour))
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gone-tomorrow"}}
+	if err := tc.namespaces.Add(ns); err != nil {
+		t.Fatal(err)
+	}
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil), job)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 60, 0, 4)} // b must give its GPUs back
+	for i := range 2 {
+		if _, err := tc.sync(t, t0.Add(time.Duration(i)*5*time.Second)); err != nil && i == 0 {
+			t.Fatal(err)
+		}
+	}
+	if !tc.c.harvestSeries["gone-tomorrow"] || tc.c.drainingSince["b"].IsZero() {
+		t.Fatalf("set-up: series %v, draining %v", tc.c.harvestSeries, tc.c.drainingSince)
+	}
+	if err := tc.namespaces.Delete(ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.nodes.Delete(testobj.Node("b", 8)); err != nil {
+		t.Fatal(err)
+	}
+	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil))
+	if err := tc.nodes.Delete(testobj.Node("b", 8)); err != nil && !strings.Contains(err.Error(), "not found") {
+		t.Fatal(err)
+	}
+	if _, err := tc.sync(t, t0.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if len(tc.c.harvestSeries) != 0 || len(tc.c.drainingSince) != 0 {
+		t.Fatalf("remembered after deletion: series %v, draining %v", tc.c.harvestSeries, tc.c.drainingSince)
 	}
 }

@@ -328,6 +328,13 @@ func TestFrameworkUnreserveReleasesSiblingsAndBacksOff(t *testing.T) {
 			t.Fatalf("activated %v after the backoff, want the group's pending members %v", got, want)
 		}
 	}
+	// The backoff is forgotten when it ends, whether or not a member comes back.
+	env.gang.mu.Lock()
+	left := len(env.gang.backoff)
+	env.gang.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d backoffs remembered after they ended", left)
+	}
 	if _, st, _ := env.fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), m3); !st.IsSuccess() {
 		t.Fatalf("PreFilter after the backoff = %v, want Success", st)
 	}

@@ -292,11 +292,20 @@ func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ s
 		backoff = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
 	}
 	pluginmetrics.GangDecisions.WithLabelValues("released").Inc()
+	key, until := groupKey(pod.Namespace, name), g.clock.Now().Add(backoff)
 	g.mu.Lock()
-	g.backoff[groupKey(pod.Namespace, name)] = g.clock.Now().Add(backoff)
+	g.backoff[key] = until
 	g.mu.Unlock()
-	// Nothing in the cluster changes when the backoff ends: wake the group then.
-	g.clock.AfterFunc(backoff, func() { g.activateGroup(pod.Namespace, name) })
+	// Nothing in the cluster changes when the backoff ends: forget it (a group
+	// deleted meanwhile must not stay in memory) and wake the group then.
+	g.clock.AfterFunc(backoff, func() {
+		g.mu.Lock()
+		if g.backoff[key].Equal(until) {
+			delete(g.backoff, key)
+		}
+		g.mu.Unlock()
+		g.activateGroup(pod.Namespace, name)
+	})
 	rejected := 0
 	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if p := wp.GetPod(); p.Namespace == pod.Namespace && groupOf(p) == name && p.UID != pod.UID {

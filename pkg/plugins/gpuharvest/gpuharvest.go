@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -65,6 +66,19 @@ type cachedVerdict struct {
 	node    *v1.Node
 	verdict harvest.Verdict
 	err     error
+}
+
+// forget drops a deleted node's entry, so a cluster whose nodes come and go
+// does not grow the cache.
+func (c *verdictCache) forget(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if node, ok := obj.(*v1.Node); ok {
+		c.mu.Lock()
+		delete(c.m, node.Name)
+		c.mu.Unlock()
+	}
 }
 
 func (c *verdictCache) read(node *v1.Node) (harvest.Verdict, error) {
@@ -128,6 +142,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	var timeout time.Duration
 	if args.HeartbeatTimeoutSeconds != nil {
 		timeout = time.Duration(*args.HeartbeatTimeoutSeconds) * time.Second
+	}
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: pl.verdicts.forget,
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
 	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.clock, pl.activatePending)
 	if err != nil {

@@ -477,3 +477,20 @@ func TestVerdictCacheFollowsNodeUpdates(t *testing.T) {
 		t.Fatal("a cached malformed verdict lost its error")
 	}
 }
+
+// A deleted node's verdict is forgotten, tombstone or not: nodes that come
+// and go do not grow the scheduler's memory.
+func TestVerdictCacheForgetsDeletedNodes(t *testing.T) {
+	var c verdictCache
+	a, b := node("a", "open", "4"), node("b", "open", "4")
+	for _, n := range []*v1.Node{a, b} {
+		if _, err := c.read(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.forget(a)
+	c.forget(cache.DeletedFinalStateUnknown{Key: "b", Obj: b})
+	if len(c.m) != 0 {
+		t.Fatalf("cache holds %d nodes after both were deleted", len(c.m))
+	}
+}
