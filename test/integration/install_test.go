@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -179,6 +180,76 @@ func TestInstall(t *testing.T) {
 				if review.Status.Allowed != c.allowed {
 					t.Errorf("%s may %s %s/%s %s in %q named %q: %v, want %v", sa, c.verb, c.resource, c.subresource, c.group, c.namespace, c.name, review.Status.Allowed, c.allowed)
 				}
+			}
+		}
+	})
+
+	t.Run("admission policies", func(t *testing.T) {
+		// The policies take effect once the API server has loaded them.
+		createNamespace(t, cp.client, "vap-tenant")
+		optedIn := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vap-serving", Labels: map[string]string{api.LabelInferenceNamespace: "true"}}}
+		if _, err := cp.client.CoreV1().Namespaces().Create(ctx, optedIn, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := func(ns, class, scheduler string, grace int64) *v1.Pod {
+			return &v1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "vap-"},
+				Spec: v1.PodSpec{PriorityClassName: class, SchedulerName: scheduler, TerminationGracePeriodSeconds: &grace,
+					Containers: []v1.Container{{Name: "c", Image: "x", Resources: v1.ResourceRequirements{Requests: gpus(1), Limits: gpus(1)}}}},
+			}
+		}
+		tests := []struct {
+			name string
+			pod  *v1.Pod
+			deny string // "" for allowed
+		}{
+			{"inference priority in a tenant namespace", pod("vap-tenant", api.PriorityClassInference, "", 30), "gleaner-inference is for namespaces the cluster admin labels"},
+			{"inference priority where the admin opted in", pod("vap-serving", api.PriorityClassInference, api.SchedulerName, 30), ""},
+			{"a best-effort pod asking for an hour's grace", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 3600), "terminationGracePeriodSeconds is at most 120"},
+			{"a best-effort pod within the grace cap", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 120), ""},
+			{"an ordinary pod sent to gleaner-scheduler", pod("vap-tenant", "", api.SchedulerName, 30), "use priorityClassName gleaner-best-effort"},
+			{"an ordinary pod on the default scheduler", pod("vap-tenant", "", "", 3600), ""},
+		}
+		for _, tt := range tests {
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				_, err = cp.client.CoreV1().Pods(tt.pod.Namespace).Create(ctx, tt.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if tt.deny == "" || err != nil || time.Now().After(deadline) {
+					break // a denial may wait for the policy to load; an allowance may not
+				}
+			}
+			switch {
+			case tt.deny == "" && err != nil:
+				t.Errorf("%s: denied: %v", tt.name, err)
+			case tt.deny != "" && (err == nil || !strings.Contains(err.Error(), tt.deny)):
+				t.Errorf("%s: %v, want denied with %q", tt.name, err, tt.deny)
+			}
+		}
+
+		// gleaner-controller may patch Nodes, but only their gleaner.dev/ keys.
+		if err := registerGPUNode(ctx, cp.client, "vap-node", 8, map[string]string{api.LabelPool: api.PoolInference}, nil); err != nil {
+			t.Fatal(err)
+		}
+		impersonated := rest.CopyConfig(cp.config)
+		impersonated.Impersonate = rest.ImpersonationConfig{
+			UserName: "system:serviceaccount:" + api.SystemNamespace + ":gleaner-controller",
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + api.SystemNamespace, "system:authenticated"},
+		}
+		controllerClient := kubernetes.NewForConfigOrDie(impersonated)
+		patch := func(body string) error {
+			_, err := controllerClient.CoreV1().Nodes().Patch(ctx, "vap-node", types.MergePatchType, []byte(body), metav1.PatchOptions{})
+			return err
+		}
+		if err := patch(`{"metadata":{"labels":{"gleaner.dev/harvest":"open"},"annotations":{"gleaner.dev/harvestable-gpus":"8"}}}`); err != nil {
+			t.Errorf("gleaner-controller publishing a verdict: %v", err)
+		}
+		for _, body := range []string{
+			`{"metadata":{"labels":{"team":"mine"}}}`,
+			`{"metadata":{"labels":{"gleaner.dev/pool":null}}}`,
+			`{"spec":{"unschedulable":true}}`,
+		} {
+			if err := patch(body); err == nil || !strings.Contains(err.Error(), "gleaner-controller") {
+				t.Errorf("gleaner-controller patching %s: %v, want denied", body, err)
 			}
 		}
 	})
