@@ -70,6 +70,7 @@ func run(args []string) error {
 	fs.StringVar(&windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	fs.DurationVar(&cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
 	fs.DurationVar(&cfg.MaxReclaimGrace, "max-reclaim-grace", reclaim.DefaultMaxGrace, "Longest grace period a reclaimed best-effort pod gets to checkpoint, whatever its own terminationGracePeriodSeconds; a pod still terminating past it counts as owing its GPUs, so others are evicted.")
+	fs.DurationVar(&cfg.PDBWait, "pdb-wait", 0, "How long evictions of a best-effort pod may be refused (by a PodDisruptionBudget) before it is deleted, with its capped grace, without the budget's check; 0 for --max-reclaim-grace. A tenant's budget cannot shield its pods from reclaim for longer.")
 	fs.BoolVar(&cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
 	fs.DurationVar(&cfg.Policy.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
 	fs.DurationVar(&cfg.Policy.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
@@ -137,6 +138,9 @@ func run(args []string) error {
 	}
 	if err := validateMetricsFlags(cfg.Metrics); err != nil {
 		return err
+	}
+	if cfg.PDBWait < 0 {
+		return fmt.Errorf("--pdb-wait %v: must not be negative", cfg.PDBWait)
 	}
 	if cfg.StartupDeadline <= 0 {
 		return fmt.Errorf("--inference-startup-deadline %v: must be positive", cfg.StartupDeadline)

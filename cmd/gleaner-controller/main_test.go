@@ -43,6 +43,7 @@ current-context: c
 		{[]string{"--inference-namespace-selector", ""}, "every namespace, tenants' included, would count as inference"},
 		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},
 		{[]string{"--max-reclaim-grace", "0s"}, "--max-reclaim-grace"},
+		{[]string{"--pdb-wait", "-1s"}, "--pdb-wait"},
 	} {
 		err := run(append([]string{"--kubeconfig", kubeconfig, "--bind-address", ""}, tt.args...))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

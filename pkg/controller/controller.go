@@ -71,6 +71,10 @@ type Config struct {
 	// terminating past it has its GPUs counted as owed. Default
 	// reclaim.DefaultMaxGrace.
 	MaxReclaimGrace time.Duration
+	// PDBWait is how long evictions of a pod may be refused (by a
+	// PodDisruptionBudget) before it is deleted without the budget's check.
+	// Default: MaxReclaimGrace.
+	PDBWait time.Duration
 	// DisableAutoscale switches the autoscaler off for every Deployment.
 	DisableAutoscale bool
 	// Metrics configures the vLLM metrics informer.
@@ -131,6 +135,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxReclaimGrace <= 0 {
 		c.MaxReclaimGrace = reclaim.DefaultMaxGrace
+	}
+	if c.PDBWait <= 0 {
+		c.PDBWait = c.MaxReclaimGrace
 	}
 	if c.Heartbeat.Namespace == "" {
 		c.Heartbeat.Namespace = api.SystemNamespace
@@ -224,7 +231,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		synced: []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced,
 			namespaces.Informer().HasSynced},
 		load:      load,
-		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace},
+		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace, PDBWait: cfg.PDBWait, Clock: cfg.Clock},
 		broadcast: broadcast,
 		recorder:  recorder,
 		planner:   round.New(cfg.Policy),
@@ -375,6 +382,11 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observat
 			n.HostsInference = true
 		}
 	}
+	live := make(map[types.UID]bool, len(bestEffort))
+	for _, p := range bestEffort {
+		live[p.UID] = true
+	}
+	c.evictor.Prune(live)
 	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
@@ -540,6 +552,11 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 			delete(c.drainingSince, n.Name)
 		}
 	}
+	var oldestOwed time.Duration
+	for _, since := range c.drainingSince {
+		oldestOwed = max(oldestOwed, now.Sub(since))
+	}
+	owedSeconds.Set(oldestOwed.Seconds())
 	// A node deleted while it drained is no longer timed.
 	if len(c.drainingSince) > 0 {
 		present := make(map[string]bool, len(nodes))

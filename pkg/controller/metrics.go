@@ -52,6 +52,11 @@ var (
 		Buckets:        []float64{0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300},
 		StabilityLevel: metrics.ALPHA,
 	})
+	owedSeconds = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "reclaim_owed_seconds",
+		Help:           "How long the node that has owed lent GPUs back the longest has owed them (0 when none owes any).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	unplacedHeadroom = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "headroom_unplaced_replicas",
 		Help:           "Inference replicas of headroom that fit on no pool node even with nothing lent.",
@@ -86,7 +91,7 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
-		reclaimLatency, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
+		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}
 )

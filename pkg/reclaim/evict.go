@@ -3,14 +3,17 @@ package reclaim
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 )
 
 // ReasonReclaimed is the Event reason on an evicted best-effort pod.
@@ -19,23 +22,52 @@ const ReasonReclaimed = "GleanerReclaimed"
 // ReasonReclaimBlocked is the Event reason when an eviction was refused (e.g. by a PodDisruptionBudget).
 const ReasonReclaimBlocked = "GleanerReclaimBlocked"
 
+// ReasonReclaimForced is the Event reason when a pod whose evictions were
+// refused for longer than the wait is deleted without the PDB check.
+const ReasonReclaimForced = "GleanerReclaimForced"
+
 // Evictor evicts pods through the Eviction API and records why on each pod.
+//
+// A PodDisruptionBudget may refuse an eviction, and Gleaner then tries other
+// pods first. But a budget is the tenant's to write: one that never allows a
+// disruption (maxUnavailable: 0) would shield its pods forever and push every
+// reclaim onto other tenants' pods, or leave inference waiting. So a pod whose
+// evictions have been refused for PDBWait is deleted directly, with its capped
+// grace period, bypassing the budget, and an Event says so. The refusal is
+// reported once per pod, not every round.
 type Evictor struct {
 	Client   kubernetes.Interface
 	Recorder record.EventRecorder
 	// MaxGrace caps the grace period of every eviction (0: DefaultMaxGrace).
 	MaxGrace time.Duration
+	// PDBWait is how long evictions of a pod may be refused before it is
+	// deleted without the budget's check (0: MaxGrace).
+	PDBWait time.Duration
+	Clock   clock.PassiveClock
+
+	mu sync.Mutex
+	// refusedSince: when an eviction of each pod was first refused.
+	refusedSince map[types.UID]time.Time
+}
+
+func (e *Evictor) maxGrace() time.Duration {
+	if e.MaxGrace <= 0 {
+		return DefaultMaxGrace
+	}
+	return e.MaxGrace
 }
 
 // Evict asks the API server to evict pod with the pod's own grace period, so it
 // can checkpoint, capped at MaxGrace, and records an Event on the pod naming
-// why. A pod already gone is not an error.
+// why. A pod already gone is not an error. A pod whose evictions have been
+// refused for PDBWait is deleted instead (see Evictor).
 func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
-	maxGrace := e.MaxGrace
-	if maxGrace <= 0 {
-		maxGrace = DefaultMaxGrace
+	grace := int64(CappedGrace(pod, e.maxGrace()) / time.Second)
+	if since, refused := e.refused(pod, false); refused {
+		if waited := e.now().Sub(since); waited >= e.pdbWait() {
+			return e.force(ctx, pod, grace, waited, why)
+		}
 	}
-	grace := int64(CappedGrace(pod, maxGrace) / time.Second)
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace},
@@ -48,9 +80,71 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller will try other pods", err)
+		if _, before := e.refused(pod, true); !before {
+			e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller tries other pods, and deletes this one without the budget's check if its evictions are still refused after %v", err, e.pdbWait())
+		}
 		return fmt.Errorf("evicting %s/%s: refused: %w", pod.Namespace, pod.Name, err)
 	default:
 		return fmt.Errorf("evicting %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+}
+
+// force deletes a pod whose evictions were refused for waited, with its
+// capped grace period.
+func (e *Evictor) force(ctx context.Context, pod *v1.Pod, grace int64, waited time.Duration, why string) error {
+	err := e.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s/%s after its evictions were refused for %v: %w", pod.Namespace, pod.Name, waited.Round(time.Second), err)
+	}
+	e.forget(pod)
+	if err == nil {
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimForced, "Deleted by gleaner-controller with a grace period of %ds, without its PodDisruptionBudget's check: its evictions were refused for %v and inference needs the GPUs: %s", grace, waited.Round(time.Second), why)
+	}
+	return nil
+}
+
+// refused returns when an eviction of pod was first refused, and whether one
+// was; record notes a refusal now if none was noted.
+func (e *Evictor) refused(pod *v1.Pod, record bool) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	since, ok := e.refusedSince[pod.UID]
+	if !ok && record {
+		if e.refusedSince == nil {
+			e.refusedSince = map[types.UID]time.Time{}
+		}
+		e.refusedSince[pod.UID] = e.now()
+	}
+	return since, ok
+}
+
+func (e *Evictor) forget(pod *v1.Pod) {
+	e.mu.Lock()
+	delete(e.refusedSince, pod.UID)
+	e.mu.Unlock()
+}
+
+// Prune forgets refusals of pods not in live (the pods that still exist).
+func (e *Evictor) Prune(live map[types.UID]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid := range e.refusedSince {
+		if !live[uid] {
+			delete(e.refusedSince, uid)
+		}
+	}
+}
+
+func (e *Evictor) pdbWait() time.Duration {
+	if e.PDBWait > 0 {
+		return e.PDBWait
+	}
+	return e.maxGrace()
+}
+
+func (e *Evictor) now() time.Time {
+	if e.Clock == nil {
+		return time.Now()
+	}
+	return e.Clock.Now()
 }

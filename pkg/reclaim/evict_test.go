@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -393,5 +394,42 @@ func TestReturning(t *testing.T) {
 		if got := Returning(tt.pod, now, DefaultMaxGrace); got != tt.want {
 			t.Errorf("%s: Returning = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// A PodDisruptionBudget that never allows a disruption shields its pod only
+// for PDBWait: the refusal is reported once, and then the pod is deleted with
+// its capped grace, without the budget's check, and an Event says so.
+func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
+	p := pod("shielded", now, "")
+	p.UID = "uid-shielded"
+	p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(3600))
+	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
+	clk := clocktesting.NewFakePassiveClock(now)
+	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
+	for i := range 3 {
+		clk.SetTime(now.Add(time.Duration(i) * 30 * time.Second))
+		if err := c.evictor.Evict(context.Background(), p, "test"); !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("attempt %d: %v, want refused", i, err)
+		}
+	}
+	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + ReasonReclaimBlocked}) {
+		t.Fatalf("events %v: the refusal is reported once", got)
+	}
+	clk.SetTime(now.Add(2 * time.Minute))
+	if err := c.evictor.Evict(context.Background(), p, "inference needs node-1"); err != nil {
+		t.Fatal(err)
+	}
+	var deleted *int64
+	for _, a := range c.client.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && d.GetName() == "shielded" {
+			deleted = d.GetDeleteOptions().GracePeriodSeconds
+		}
+	}
+	if deleted == nil || *deleted != 120 {
+		t.Fatalf("deleted with grace %v, want the capped 120 s", deleted)
+	}
+	if got := c.recorder.on[len(c.recorder.on)-1]; got != "ml/shielded "+ReasonReclaimForced {
+		t.Fatalf("last event %q, want %s", got, ReasonReclaimForced)
 	}
 }

@@ -151,8 +151,10 @@ func TestInstall(t *testing.T) {
 				{"create", "coordination.k8s.io", "leases", "", api.SystemNamespace, "", true},
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.ControllerLeaseName, true},
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.HeartbeatLeaseName, true},
-				// Reclaims only through evictions; never binds, deletes or edits pods.
-				{"delete", "", "pods", "", "research", "", false},
+				// Reclaims through evictions, and deletes (best-effort pods only,
+				// by admission policy) what a PodDisruptionBudget holds past the wait;
+				// never binds or edits pods.
+				{"delete", "", "pods", "", "research", "", true},
 				{"patch", "", "pods", "", "research", "", false},
 				{"create", "", "pods", "binding", "research", "", false},
 				{"delete", "", "nodes", "", "", "", false},
@@ -250,6 +252,21 @@ func TestInstall(t *testing.T) {
 		} {
 			if err := patch(body); err == nil || !strings.Contains(err.Error(), "gleaner-controller") {
 				t.Errorf("gleaner-controller patching %s: %v, want denied", body, err)
+			}
+		}
+
+		// It may delete a best-effort pod, and no other.
+		for _, tt := range []struct {
+			class string
+			deny  bool
+		}{{api.PriorityClassBestEffort, false}, {"", true}} {
+			p, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", tt.class, "", 30), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = controllerClient.CoreV1().Pods("vap-tenant").Delete(ctx, p.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			if denied := err != nil && strings.Contains(err.Error(), "deletes only best-effort pods"); denied != tt.deny || (err != nil && !denied) {
+				t.Errorf("gleaner-controller deleting a pod of class %q: %v, want denied %v", tt.class, err, tt.deny)
 			}
 		}
 	})
