@@ -17,7 +17,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build tools manifests bench-scheduler demo demo-check test test-unit test-integration verify fmt vet tidy-check clean
+.PHONY: all build tools manifests bench-scheduler demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -62,13 +62,20 @@ demo: build tools
 demo-check: build tools
 	$(GO) run ./hack/demo --minutes=2
 
-test: test-unit test-integration demo-check
+test: test-unit test-integration test-faults demo-check
 
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
 
 test-integration:
-	INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh
+	INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh -skip '^TestFaults$$'
+
+# The fault scenarios (test/integration/faults_test.go): the whole system
+# through a hostile tenant's and a bad day's faults, checking its invariants.
+# One line per scenario; the full log is bin/faults.log. See docs/reliability.md.
+test-faults:
+	@INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) INTEGRATION_LOG=bin/faults.log hack/test-integration.sh -run '^TestFaults$$' >/dev/null; rc=$$?; \
+		grep -E 'fault: |^\s*--- (PASS|FAIL)' bin/faults.log | sed -E 's/^\s*faults_test.go:[0-9]+: //'; exit $$rc
 
 verify: fmt vet tidy-check
 

@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bin
-log=bin/integration.log
+log=${INTEGRATION_LOG:-bin/integration.log}
 go test -count=1 -timeout "${INTEGRATION_TIMEOUT:-20m}" -v ./test/integration/ "$@" >"$log" 2>&1
 rc=$?
 grep -E '^\s*(=== RUN|--- (PASS|FAIL|SKIP)|PASS$|FAIL|ok |panic:)|_test\.go:[0-9]+:' "$log"

@@ -98,14 +98,22 @@ func (e *harvestEnv) installPriorityClasses() {
 	}
 }
 
-func (e *harvestEnv) startController() {
+func (e *harvestEnv) startController() { e.startControllerWith(nil) }
+
+// startControllerWith starts gleaner-controller with the test's scrape timing,
+// after tweak (when not nil) changed its configuration.
+func (e *harvestEnv) startControllerWith(tweak func(*controller.Config)) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.controller.stop = cancel
 	le := controller.DefaultLeaderElection()
 	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
-	c, err := controller.New(e.client, controller.Config{
+	cfg := controller.Config{
 		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := controller.New(e.client, cfg)
 	if err != nil {
 		e.root.Fatalf("gleaner-controller: %v", err)
 	}
