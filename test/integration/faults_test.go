@@ -1,10 +1,17 @@
 package integration
 
 import (
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -115,4 +122,102 @@ func TestFaults(t *testing.T) {
 		env.deleteNow(servingNS, "chat-pending")
 		env.waitVerdict("gpu-b", open(8), 20*time.Second)
 	})
+
+	t.Run("Node writes failing stop all lending within the heartbeat timeout", func(t *testing.T) {
+		env := env.in(t)
+		const timeout = 3 * time.Second
+		var failing atomic.Bool
+		cfg := rest.CopyConfig(env.cp.config)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return failNodePatches{rt, &failing} })
+		env.stopController()
+		env.startControllerOn(kubernetes.NewForConfigOrDie(cfg), func(c *controller.Config) {
+			c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, timeout, "faulty-writes"
+		})
+		env.waitHeartbeatHolder("faulty-writes")
+		env.waitVerdict("gpu-b", open(8), 20*time.Second)
+		env.create(bestEffortPod("before", 1))
+		env.waitBound(researchNS, "before", 20*time.Second)
+
+		// Every Node patch now fails, and the load changes so that verdicts must.
+		failing.Store(true)
+		chat0.set(vllmServing, 16, 5, 0.9)
+		// Within the timeout the scheduler may still lend on the last verdicts;
+		// past it, nothing.
+		wait := timeout + 2*scrapeInterval
+		time.Sleep(wait)
+		env.create(bestEffortPod("during", 1))
+		ev := env.waitEvent(researchNS, "during", "FailedScheduling", "heartbeat is stale", 10*time.Second)
+		env.assertStaysPending(researchNS, "during", 2*time.Second)
+		// The verdicts on the Nodes still say open: only the heartbeat stopped lending.
+		if got := env.verdict("gpu-b"); got.State != api.HarvestOpen {
+			t.Fatalf("gpu-b verdict %+v: the failing patches reached the API", got)
+		}
+		t.Logf("fault: every Node patch failing: a best-effort pod created %v later is refused (heartbeat timeout %v): %s", wait, timeout, ev.Message)
+
+		failing.Store(false)
+		chat0.set(vllmServing, 4, 0, 0.3)
+		if node := env.waitBound(researchNS, "during", 30*time.Second); node == "" {
+			t.Fatal("during never bound once Node writes succeeded again")
+		}
+		for _, p := range listPods(t, env, researchNS) {
+			env.deleteNow(researchNS, p.Name)
+		}
+	})
+
+	t.Run("clocks skewed by five minutes either way change nothing", func(t *testing.T) {
+		env := env.in(t)
+		for _, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
+			name := "skew-" + map[bool]string{true: "ahead", false: "behind"}[skew > 0]
+			env.stopController()
+			env.startControllerWith(func(c *controller.Config) {
+				c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, 3*time.Second, name
+				c.Clock = skewedClock(skew)
+			})
+			// Once the skewed controller holds the heartbeat, and longer than the
+			// timeout after, only its own renewals can keep lending going.
+			env.waitHeartbeatHolder(name)
+			time.Sleep(4 * time.Second)
+			start := time.Now()
+			env.create(bestEffortPod(name, 1))
+			env.waitBound(researchNS, name, 30*time.Second)
+			t.Logf("fault: controller clock %+v off the scheduler's: a best-effort pod placed %v after creation", skew, time.Since(start).Round(time.Millisecond))
+			env.deleteNow(researchNS, name)
+		}
+	})
+}
+
+// failNodePatches answers every PATCH of a Node with 503 while failing is set.
+type failNodePatches struct {
+	rt      http.RoundTripper
+	failing *atomic.Bool
+}
+
+func (f failNodePatches) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f.failing.Load() && r.Method == http.MethodPatch && strings.HasPrefix(r.URL.Path, "/api/v1/nodes/") {
+		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","reason":"ServiceUnavailable","code":503}`
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	}
+	return f.rt.RoundTrip(r)
+}
+
+// skewedClock is the real clock, off by a fixed amount.
+type skewedClock time.Duration
+
+func (s skewedClock) Now() time.Time                  { return time.Now().Add(time.Duration(s)) }
+func (s skewedClock) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+
+// waitHeartbeatHolder waits until the controller named holder has renewed the
+// heartbeat: from then on, the heartbeat is its own.
+func (e *harvestEnv) waitHeartbeatHolder(holder string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		l, err := e.client.CoordinationV1().Leases(api.SystemNamespace).Get(e.ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("controller %s never renewed the heartbeat", holder)
+		}
+	}
 }

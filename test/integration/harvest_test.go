@@ -103,6 +103,12 @@ func (e *harvestEnv) startController() { e.startControllerWith(nil) }
 // startControllerWith starts gleaner-controller with the test's scrape timing,
 // after tweak (when not nil) changed its configuration.
 func (e *harvestEnv) startControllerWith(tweak func(*controller.Config)) {
+	e.startControllerOn(e.client, tweak)
+}
+
+// startControllerOn is startControllerWith over client (e.g. one whose
+// transport injects faults).
+func (e *harvestEnv) startControllerOn(client kubernetes.Interface, tweak func(*controller.Config)) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.controller.stop = cancel
 	le := controller.DefaultLeaderElection()
@@ -113,12 +119,12 @@ func (e *harvestEnv) startControllerWith(tweak func(*controller.Config)) {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	c, err := controller.New(e.client, cfg)
+	c, err := controller.New(client, cfg)
 	if err != nil {
 		e.root.Fatalf("gleaner-controller: %v", err)
 	}
 	go func() {
-		if err := controller.RunLeaderElected(ctx, e.client, le, c.Run); err != nil && ctx.Err() == nil {
+		if err := controller.RunLeaderElected(ctx, client, le, c.Run); err != nil && ctx.Err() == nil {
 			e.root.Errorf("gleaner-controller stopped: %v", err)
 		}
 	}()
