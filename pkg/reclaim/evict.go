@@ -26,6 +26,9 @@ const ReasonReclaimBlocked = "GleanerReclaimBlocked"
 // refused for longer than the wait is deleted without the PDB check.
 const ReasonReclaimForced = "GleanerReclaimForced"
 
+// callTimeout bounds one eviction or deletion request.
+const callTimeout = 10 * time.Second
+
 // Evictor evicts pods through the Eviction API and records why on each pod.
 //
 // A PodDisruptionBudget may refuse an eviction, and Gleaner then tries other
@@ -62,6 +65,10 @@ func (e *Evictor) maxGrace() time.Duration {
 // why. A pod already gone is not an error. A pod whose evictions have been
 // refused for PDBWait is deleted instead (see Evictor).
 func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
+	// One eviction the API server sits on must not stall the round: the
+	// others, and the next round, are waiting.
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	grace := int64(CappedGrace(pod, e.maxGrace()) / time.Second)
 	if since, refused := e.refused(pod, false); refused {
 		if waited := e.now().Sub(since); waited >= e.pdbWait() {

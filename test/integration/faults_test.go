@@ -9,7 +9,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -91,6 +93,68 @@ func TestFaults(t *testing.T) {
 		env.waitBound(servingNS, "chat-1", 30*time.Second)
 		took, budget := time.Since(start), scrapeInterval+graceCap+5*time.Second
 		t.Logf("fault: best-effort pod with a 3600 s grace period: evicted with %v, inference waited %v (budget %v)", graceCap, took.Round(time.Millisecond), budget)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		env.deleteNow(servingNS, "chat-1")
+		for _, p := range listPods(t, env, researchNS) {
+			env.deleteNow(researchNS, p.Name)
+		}
+		chat0.set(vllmServing, 4, 0, 0.3)
+		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+	})
+
+	t.Run("a PodDisruptionBudget shields a pod only for the wait", func(t *testing.T) {
+		env := env.in(t)
+		const pdbWait = 2 * time.Second
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) {
+			c.MaxReclaimGrace, c.PDBWait, c.Heartbeat.Identity = graceCap, pdbWait, "pdb"
+		})
+		env.waitHeartbeatHolder("pdb")
+		zero := intstr.FromInt32(0)
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: researchNS, Name: "never"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shielded"}}},
+		}
+		created, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).Create(env.ctx, pdb, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its status as the disruption controller would keep it: no disruption allowed.
+		created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, DisruptionsAllowed: 0,
+			CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+		if _, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).UpdateStatus(env.ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		shielded := bestEffortPod("shielded", 4)
+		shielded.Labels = map[string]string{"app": "shielded"}
+		shielded.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(shielded)
+		env.waitBound(researchNS, "shielded", 20*time.Second)
+		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "shielded", reclaim.ReasonReclaimBlocked, "refused", 15*time.Second)
+		env.waitEvent(researchNS, "shielded", reclaim.ReasonReclaimForced, "without its PodDisruptionBudget's check", 15*time.Second)
+		blocked := 0
+		for _, e := range env.events(researchNS, "shielded") {
+			if e.Reason == reclaim.ReasonReclaimBlocked {
+				blocked += int(max(e.Count, 1))
+			}
+		}
+		if blocked != 1 {
+			t.Errorf("%d GleanerReclaimBlocked events, want the refusal reported once", blocked)
+		}
+		chat1 := env.vllm("llama-chat")
+		p := inferencePod("chat-1", "chat", 4, chat1, v1.DefaultSchedulerName)
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(p)
+		env.waitBound(servingNS, "chat-1", 30*time.Second)
+		took, budget := time.Since(start), scrapeInterval+pdbWait+graceCap+5*time.Second
+		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget: refusal reported %d time(s), deleted after the %v wait, inference waited %v (budget scrape + wait + cap + 5 s = %v)", blocked, pdbWait, took.Round(time.Millisecond), budget)
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
 		}

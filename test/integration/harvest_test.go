@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -103,7 +104,8 @@ func (e *harvestEnv) startController() { e.startControllerWith(nil) }
 // startControllerWith starts gleaner-controller with the test's scrape timing,
 // after tweak (when not nil) changed its configuration.
 func (e *harvestEnv) startControllerWith(tweak func(*controller.Config)) {
-	e.startControllerOn(e.client, tweak)
+	// A client of its own: the test's polling must not use up its rate limit.
+	e.startControllerOn(kubernetes.NewForConfigOrDie(rest.CopyConfig(e.cp.config)), tweak)
 }
 
 // startControllerOn is startControllerWith over client (e.g. one whose
