@@ -317,30 +317,40 @@ func (c *Controller) Sync(ctx context.Context) error {
 
 func (c *Controller) sync(ctx context.Context) error {
 	now := c.cfg.Clock.Now()
-	obs, nodes, pods, problems, err := c.observe(ctx, now)
+	o, err := c.observe(ctx, now)
 	if err != nil {
 		return err
 	}
-	c.account(now, pods, obs.Nodes)
-	d := c.planner.Plan(obs)
-	c.observePlan(now, obs.Nodes, d)
+	c.account(now, o.pods, o.Nodes)
+	d := c.planner.Plan(o.Observation)
+	c.observePlan(now, o.Nodes, d)
 	for _, s := range d.Services {
-		c.report(s.Key, append(problems[s.Key], s.Problems...))
+		c.report(s.Key, append(o.problems[s.Key], s.Problems...))
 	}
-	return c.act(ctx, now, nodes, d)
+	return c.act(ctx, now, o.nodes, d)
+}
+
+// observed is one round's view of the cluster: the round's Observation and
+// what acting on its decision needs.
+type observed struct {
+	round.Observation
+	nodes []*v1.Node
+	pods  []*v1.Pod
+	// problems are each service's annotation problems.
+	problems map[string][]string
 }
 
 // observe turns the listers and the metrics informer's snapshot into the
-// round's Observation. problems are each service's annotation problems.
-func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observation, []*v1.Node, []*v1.Pod, map[string][]string, error) {
+// round's Observation.
+func (c *Controller) observe(ctx context.Context, now time.Time) (observed, error) {
 	obs := round.Observation{Now: now, Published: map[string]int64{}}
 	nodeList, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return obs, nil, nil, nil, fmt.Errorf("listing nodes: %w", err)
+		return observed{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	podList, err := c.pods.List(labels.Everything())
 	if err != nil {
-		return obs, nil, nil, nil, fmt.Errorf("listing pods: %w", err)
+		return observed{}, fmt.Errorf("listing pods: %w", err)
 	}
 	sort.Slice(nodeList, func(i, j int) bool { return nodeList[i].Name < nodeList[j].Name })
 	threshold := *c.cfg.BestEffortPriorityThreshold
@@ -396,7 +406,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (round.Observat
 	}
 	var problems map[string][]string
 	obs.Services, problems = c.observeServices(ctx, now, largestNodeGPUs)
-	return obs, nodeList, podList, problems, nil
+	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems}, nil
 }
 
 // act publishes every node's verdict, then evicts and scales as the round

@@ -336,11 +336,11 @@ func TestSyncSavesTheLearnedProfile(t *testing.T) {
 	tc2.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), d)
 	tc2.load.loads = []vllm.PodLoad{fresh("serving", "chat", 1, 0, 4)}
 	tc2.clock.SetTime(t0.Add(7 * 24 * time.Hour))
-	obs, _, _, _, err := tc2.c.observe(context.Background(), t0.Add(7*24*time.Hour))
+	o, err := tc2.c.observe(context.Background(), t0.Add(7*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := tc2.c.planner.Plan(obs)
+	dec := tc2.c.planner.Plan(o.Observation)
 	if got := dec.Services[0].Forecast.Profile; got != 7 {
 		t.Fatalf("a week later the new controller forecasts %v from the stored profile, want 7", got)
 	}
@@ -468,11 +468,11 @@ func TestPendingAndNeverReadyReplicasKeepRoom(t *testing.T) {
 	// be loading, saturated after the startup deadline (room for one more).
 	tc.load.loads[1].NodeName = "a"
 	need := func(at time.Time) int {
-		obs, _, _, _, err := tc.c.observe(context.Background(), at)
+		o, err := tc.c.observe(context.Background(), at)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tc.c.planner.Plan(obs).Services[0].Need.Spare
+		return tc.c.planner.Plan(o.Observation).Services[0].Need.Spare
 	}
 	if spare := need(t0.Add(5 * time.Minute)); spare != 0 {
 		t.Fatalf("5 minutes after creation: spare %d, want 0 (still starting)", spare)

@@ -35,13 +35,17 @@ func TestFaults(t *testing.T) {
 	env.stopController()
 	env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 
-	chat0 := env.vllm("llama-chat")
-	pod := inferencePod("chat-0", "chat", 4, chat0, v1.DefaultSchedulerName)
-	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-	env.create(pod)
-	env.waitBound(servingNS, "chat-0", 30*time.Second)
-	env.waitVerdict("gpu-a", open(4), 30*time.Second)
-	env.waitVerdict("gpu-b", open(8), 10*time.Second)
+	chat0 := env.startChat()
+	// quiet removes what a scenario created and lets chat's load fall back,
+	// so the next one starts from the idle pool.
+	quiet := func(env *harvestEnv) {
+		env.deleteNow(servingNS, "chat-1")
+		for _, p := range listPods(env.t, env, researchNS) {
+			env.deleteNow(researchNS, p.Name)
+		}
+		chat0.set(vllmServing, 4, 0, 0.3)
+		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+	}
 
 	t.Run("forged demand from a namespace not opted in moves nothing", func(t *testing.T) {
 		env := env.in(t)
@@ -86,22 +90,13 @@ func TestFaults(t *testing.T) {
 		if grace, deleted := env.kubelet.deletionGrace(researchNS, "slow"); !deleted || grace != int64(graceCap/time.Second) {
 			t.Fatalf("slow deleted=%v with grace %ds, want the cap %v", deleted, grace, graceCap)
 		}
-		chat1 := env.vllm("llama-chat")
-		p := inferencePod("chat-1", "chat", 4, chat1, v1.DefaultSchedulerName)
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-		env.create(p)
-		env.waitBound(servingNS, "chat-1", 30*time.Second)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
 		took, budget := time.Since(start), scrapeInterval+graceCap+5*time.Second
 		t.Logf("fault: best-effort pod with a 3600 s grace period: evicted with %v, inference waited %v (budget %v)", graceCap, took.Round(time.Millisecond), budget)
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
 		}
-		env.deleteNow(servingNS, "chat-1")
-		for _, p := range listPods(t, env, researchNS) {
-			env.deleteNow(researchNS, p.Name)
-		}
-		chat0.set(vllmServing, 4, 0, 0.3)
-		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+		quiet(env)
 	})
 
 	t.Run("a PodDisruptionBudget shields a pod only for the wait", func(t *testing.T) {
@@ -148,22 +143,13 @@ func TestFaults(t *testing.T) {
 		if blocked != 1 {
 			t.Errorf("%d GleanerReclaimBlocked events, want the refusal reported once", blocked)
 		}
-		chat1 := env.vllm("llama-chat")
-		p := inferencePod("chat-1", "chat", 4, chat1, v1.DefaultSchedulerName)
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-		env.create(p)
-		env.waitBound(servingNS, "chat-1", 30*time.Second)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
 		took, budget := time.Since(start), scrapeInterval+pdbWait+graceCap+5*time.Second
 		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget: refusal reported %d time(s), deleted after the %v wait, inference waited %v (budget scrape + wait + cap + 5 s = %v)", blocked, pdbWait, took.Round(time.Millisecond), budget)
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
 		}
-		env.deleteNow(servingNS, "chat-1")
-		for _, p := range listPods(t, env, researchNS) {
-			env.deleteNow(researchNS, p.Name)
-		}
-		chat0.set(vllmServing, 4, 0, 0.3)
-		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+		quiet(env)
 	})
 
 	t.Run("a pending inference replica drains a node at once", func(t *testing.T) {

@@ -132,6 +132,30 @@ func (e *harvestEnv) startControllerOn(client kubernetes.Interface, tweak func(*
 	}()
 }
 
+// startChat runs one 4-GPU replica of service "chat" on gpu-a, scheduled by
+// the default scheduler, and waits until the idle fleet is lent: everything
+// inference does not use. It returns the replica's metrics server.
+func (e *harvestEnv) startChat() *vllmServer {
+	e.t.Helper()
+	chat0 := e.vllm("llama-chat")
+	e.createChatReplica("chat-0", chat0)
+	e.waitVerdict("gpu-a", open(4), 30*time.Second)
+	e.waitVerdict("gpu-b", open(8), 10*time.Second)
+	return chat0
+}
+
+// createChatReplica creates a 4-GPU replica of chat on gpu-a, as its
+// autoscaler would, and waits until it is bound there.
+func (e *harvestEnv) createChatReplica(name string, srv *vllmServer) {
+	e.t.Helper()
+	pod := inferencePod(name, "chat", 4, srv, v1.DefaultSchedulerName)
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	e.create(pod)
+	if node := e.waitBound(servingNS, name, 30*time.Second); node != "gpu-a" {
+		e.t.Fatalf("%s bound to %s, want gpu-a", name, node)
+	}
+}
+
 func gpus(n int64) v1.ResourceList {
 	return v1.ResourceList{api.GPUResource: *resource.NewQuantity(n, resource.DecimalSI)}
 }
@@ -307,17 +331,7 @@ func open(n int64) harvest.Verdict {
 // heartbeat stops all lending.
 func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 	env := startHarvestEnv(t)
-
-	// One 4-GPU replica of service "chat" on gpu-a, scheduled by the default scheduler.
-	chat0 := env.vllm("llama-chat")
-	pod := inferencePod("chat-0", "chat", 4, chat0, v1.DefaultSchedulerName)
-	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-	env.create(pod)
-	env.waitBound(servingNS, "chat-0", 30*time.Second)
-
-	// Idle fleet: everything not used by inference is lent.
-	env.waitVerdict("gpu-a", open(4), 30*time.Second)
-	env.waitVerdict("gpu-b", open(8), 10*time.Second)
+	chat0 := env.startChat()
 
 	t.Run("unknown endpoint keeps its service's GPUs", func(t *testing.T) {
 		env := env.in(t)
