@@ -24,10 +24,10 @@ func NewManager(store Store, keep int) *Manager {
 func (m *Manager) Location() string { return m.store.String() }
 
 // Save stores c atomically, then deletes all but the newest keep checkpoints up
-// to c, and any with a later step: those were rejected as torn when this run
-// resumed (a whole one would have been resumed from), and left in place they
-// would take the slots of good ones. A failed clean-up is reported but the
-// checkpoint is saved.
+// to c, and any with a later step that does not read whole (torn or corrupt:
+// left in place they would take the slots of good ones). A later one that
+// reads whole stays: another writer on the same location got further. A
+// failed clean-up is reported but the checkpoint is saved.
 func (m *Manager) Save(ctx context.Context, c Checkpoint) error {
 	if c.Step < 0 {
 		return fmt.Errorf("checkpoint step %d is negative", c.Step)
@@ -39,10 +39,19 @@ func (m *Manager) Save(ctx context.Context, c Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d saved, but pruning old ones failed: %w", c.Step, err)
 	}
+	// A newer checkpoint that reads whole was written by a writer that got
+	// further (an evicted pod's replacement, or the evicted pod's own last
+	// save): it is not this writer's to delete. A newer one that does not read
+	// (torn, corrupt) goes, as older ones beyond keep do.
 	var errs []error
 	kept := 0
 	for _, s := range steps {
-		if s <= c.Step && kept < m.keep {
+		if s > c.Step {
+			var unreadable *unreadableError
+			if _, err := m.load(ctx, s); !errors.As(err, &unreadable) {
+				continue // whole, gone, or not readable now: not ours to delete
+			}
+		} else if kept < m.keep {
 			kept++
 			continue
 		}
@@ -72,25 +81,47 @@ func (m *Manager) Latest(ctx context.Context) (latest *Checkpoint, rejected []Re
 		return nil, nil, err
 	}
 	for _, step := range steps {
-		name := Name(step)
-		data, err := m.store.Get(ctx, name)
-		if errors.Is(err, ErrNotFound) {
+		c, err := m.load(ctx, step)
+		var unreadable *unreadableError
+		switch {
+		case errors.Is(err, ErrNotFound):
 			continue // pruned between List and Get
-		}
-		if err != nil {
-			return nil, rejected, fmt.Errorf("reading checkpoint %s from %s: %w", name, m.store, err)
-		}
-		c, err := Decode(data)
-		if err == nil && c.Step != step {
-			err = fmt.Errorf("holds step %d, not the step %d its name says", c.Step, step)
-		}
-		if err != nil {
-			rejected = append(rejected, Rejected{Name: name, Reason: err})
+		case errors.As(err, &unreadable):
+			rejected = append(rejected, Rejected{Name: Name(step), Reason: unreadable.err})
 			continue
+		case err != nil:
+			return nil, rejected, err
 		}
-		return &c, rejected, nil
+		return c, rejected, nil
 	}
 	return nil, rejected, nil
+}
+
+// unreadableError: the checkpoint is there but does not decode whole.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string { return e.err.Error() }
+
+// load reads and checks the checkpoint of step: an error wrapping ErrNotFound
+// when it is gone, an *unreadableError when it is torn, corrupt or named for
+// another step.
+func (m *Manager) load(ctx context.Context, step int64) (*Checkpoint, error) {
+	name := Name(step)
+	data, err := m.store.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading checkpoint %s from %s: %w", name, m.store, err)
+	}
+	c, err := Decode(data)
+	if err == nil && c.Step != step {
+		err = fmt.Errorf("holds step %d, not the step %d its name says", c.Step, step)
+	}
+	if err != nil {
+		return nil, &unreadableError{err}
+	}
+	return &c, nil
 }
 
 // steps lists the checkpoint steps in the store, newest first.

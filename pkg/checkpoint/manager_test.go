@@ -73,3 +73,27 @@ func TestManagerSkipsTornCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// Two writers on one location (an evicted pod saving its last checkpoint while
+// its replacement already saves its own): neither deletes a newer whole
+// checkpoint of the other's.
+func TestSaveNeverDeletesANewerCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(s, 1)
+	if err := m.Save(ctx, ckpt(300)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(ctx, ckpt(120)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.List(ctx); !slices.Equal(got, []string{Name(120), Name(300)}) {
+		t.Fatalf("store holds %v, want the newer step 300 kept beside 120", got)
+	}
+	if c, _, err := m.Latest(ctx); err != nil || c.Step != 300 {
+		t.Fatalf("Latest = %+v, %v; want step 300", c, err)
+	}
+}

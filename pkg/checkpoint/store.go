@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // ErrNotFound is returned by Store.Get for a name that is not there.
@@ -63,9 +64,15 @@ type DirStore struct {
 	dir string
 }
 
+// staleTemp is how old a temporary file must be before a new store removes
+// it. A write in flight is younger: an evicted pod writing its last
+// checkpoint within its grace period while its replacement starts on the same
+// location must not lose it.
+const staleTemp = 15 * time.Minute
+
 // NewDirStore creates dir if needed and removes temporary files left by a
-// writer that was killed mid-write: one step owns its checkpoint location, so
-// when it starts no write of its own can be in flight.
+// writer that was killed mid-write, once they are older than any write still
+// in flight could be.
 func NewDirStore(dir string) (*DirStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating storage directory: %w", err)
@@ -75,7 +82,10 @@ func NewDirStore(dir string) (*DirStore, error) {
 		return nil, fmt.Errorf("reading storage directory: %w", err)
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tmpPrefix) {
+		if !strings.HasPrefix(e.Name(), tmpPrefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}

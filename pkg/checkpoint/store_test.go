@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -102,9 +103,19 @@ func TestDirStoreIgnoresAndCleansTemporaryFiles(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// What a writer killed mid-write leaves behind.
+	// What a writer killed mid-write leaves behind, an hour ago.
 	leftover := filepath.Join(dir, tmpPrefix+Name(50)+"-123456")
 	if err := os.WriteFile(leftover, []byte("GLNCKPT1 half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(leftover, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer's write in flight: an evicted pod saving its last
+	// checkpoint while its replacement opens the same location.
+	inFlight := filepath.Join(dir, tmpPrefix+Name(60)+"-654321")
+	if err := os.WriteFile(inFlight, []byte("GLNCKPT1 writing"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s, err := NewDirStore(dir)
@@ -113,6 +124,9 @@ func TestDirStoreIgnoresAndCleansTemporaryFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("leftover temporary file still there after opening the store: %v", err)
+	}
+	if _, err := os.Stat(inFlight); err != nil {
+		t.Fatalf("another writer's file in flight was removed: %v", err)
 	}
 	if err := os.WriteFile(leftover, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
