@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +24,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
 // TestFaults drives the whole system (a real etcd and kube-apiserver, both
@@ -170,7 +176,79 @@ func TestFaults(t *testing.T) {
 		env.waitVerdict("gpu-b", harvest.Verdict{State: api.HarvestClosed}, 15*time.Second)
 		t.Logf("fault: inference replica pending: its 8 GPUs kept %v after it appeared", time.Since(start).Round(time.Millisecond))
 		env.deleteNow(servingNS, "chat-pending")
+		quiet(env)
 		env.waitVerdict("gpu-b", open(8), 20*time.Second)
+	})
+
+	t.Run("200 hanging endpoints beside 50 healthy ones", func(t *testing.T) {
+		env := env.in(t)
+		const ns = "endpoints"
+		createNamespace(t, env.client, ns)
+		// A node of their own, outside the pool: 250 pods would fill another's pod slots.
+		createGPUNode(t, env.client, "endpoints", 0, nil)
+		serve := func(h http.HandlerFunc) int {
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			return srv.Listener.Addr().(*net.TCPAddr).Port
+		}
+		hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+		healthy := func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n")
+		}
+		create := func(name string, h http.HandlerFunc) {
+			env.create(&v1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+					Labels:      map[string]string{api.LabelRole: api.RoleInference},
+					Annotations: map[string]string{api.AnnotationMetricsPort: strconv.Itoa(serve(h))}},
+				Spec: v1.PodSpec{NodeName: "endpoints", Containers: []v1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
+			})
+		}
+		for i := range 200 {
+			create(fmt.Sprintf("hanging-%03d", i), hang)
+		}
+		for i := range 50 {
+			create(fmt.Sprintf("healthy-%03d", i), healthy)
+		}
+		// The informer gleaner-controller runs (which scrapes these too), on its own.
+		inf := vllm.NewInformer(env.client, vllm.Options{Namespaces: []string{ns}, Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second})
+		ctx, cancel := context.WithCancel(env.ctx)
+		defer cancel()
+		go func() { _ = inf.Run(ctx) }()
+		waitFor(t, "every endpoint scraped once", 60*time.Second, func() bool {
+			n := 0
+			for _, p := range inf.Snapshot() {
+				if !p.ScrapedAt.IsZero() || p.LastError != nil {
+					n++
+				}
+			}
+			return n == 250
+		})
+		worst := 50
+		for range 10 {
+			time.Sleep(500 * time.Millisecond)
+			fresh := 0
+			for _, p := range inf.Snapshot() {
+				switch {
+				case p.Fresh && strings.HasPrefix(p.Name, "healthy-"):
+					fresh++
+				case p.Fresh:
+					t.Fatalf("hanging endpoint %s reads fresh", p.Name)
+				}
+			}
+			worst = min(worst, fresh)
+		}
+		t.Logf("fault: 200 hanging endpoints beside 50 healthy ones: at least %d/50 healthy fresh at every look over 5 s, 0/200 hanging fresh", worst)
+		if worst != 50 {
+			t.Fatalf("only %d of 50 healthy endpoints stayed fresh", worst)
+		}
+		// gleaner-controller, scraping them all, still plans: its heartbeat stays fresh.
+		env.create(bestEffortPod("still-lending", 1))
+		env.waitBound(researchNS, "still-lending", 20*time.Second)
+		cancel()
+		for _, p := range listPods(t, env, ns) {
+			env.deleteNow(ns, p.Name)
+		}
+		quiet(env)
 	})
 
 	t.Run("Node writes failing stop all lending within the heartbeat timeout", func(t *testing.T) {
@@ -268,6 +346,16 @@ func (e *harvestEnv) waitHeartbeatHolder(holder string) {
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("controller %s never renewed the heartbeat", holder)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", timeout, what)
 		}
 	}
 }
