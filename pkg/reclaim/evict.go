@@ -35,9 +35,9 @@ const callTimeout = 10 * time.Second
 // pods first. But a budget is the tenant's to write: one that never allows a
 // disruption (maxUnavailable: 0) would shield its pods forever and push every
 // reclaim onto other tenants' pods, or leave inference waiting. So a pod whose
-// evictions have been refused for PDBWait is deleted directly, with its capped
-// grace period, bypassing the budget, and an Event says so. The refusal is
-// reported once per pod, not every round.
+// evictions have been refused, without a break, for PDBWait is deleted
+// directly, with its capped grace period, bypassing the budget, and an Event
+// says so. A run of refusals is reported once, not every round.
 type Evictor struct {
 	Client   kubernetes.Interface
 	Recorder record.EventRecorder
@@ -49,8 +49,8 @@ type Evictor struct {
 	Clock   clock.PassiveClock
 
 	mu sync.Mutex
-	// refusedSince: when an eviction of each pod was first refused.
-	refusedSince map[types.UID]time.Time
+	// refusals: each pod's current run of refused evictions.
+	refusals map[types.UID]refusal
 }
 
 func (e *Evictor) maxGrace() time.Duration {
@@ -70,11 +70,6 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	grace := int64(CappedGrace(pod, e.maxGrace()) / time.Second)
-	if since, refused := e.refused(pod, false); refused {
-		if waited := e.now().Sub(since); waited >= e.pdbWait() {
-			return e.force(ctx, pod, grace, waited, why)
-		}
-	}
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace},
@@ -87,8 +82,12 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		if _, before := e.refused(pod, true); !before {
+		since, first := e.refused(pod)
+		if first {
 			e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller tries other pods, and deletes this one without the budget's check if its evictions are still refused after %v", err, e.pdbWait())
+		}
+		if waited := e.now().Sub(since); waited >= e.pdbWait() {
+			return e.force(ctx, pod, grace, waited, why)
 		}
 		return fmt.Errorf("evicting %s/%s: refused: %w", pod.Namespace, pod.Name, err)
 	default:
@@ -110,24 +109,32 @@ func (e *Evictor) force(ctx context.Context, pod *v1.Pod, grace int64, waited ti
 	return nil
 }
 
-// refused returns when an eviction of pod was first refused, and whether one
-// was; record notes a refusal now if none was noted.
-func (e *Evictor) refused(pod *v1.Pod, record bool) (time.Time, bool) {
+// refused notes that an eviction of pod was refused now, and returns since
+// when its evictions have been refused without a break (a gap longer than
+// PDBWait between refusals starts the count again: the budget may have
+// allowed a disruption meanwhile) and whether this refusal starts the count.
+func (e *Evictor) refused(pod *v1.Pod) (since time.Time, first bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	since, ok := e.refusedSince[pod.UID]
-	if !ok && record {
-		if e.refusedSince == nil {
-			e.refusedSince = map[types.UID]time.Time{}
-		}
-		e.refusedSince[pod.UID] = e.now()
+	now := e.now()
+	r, ok := e.refusals[pod.UID]
+	if !ok || now.Sub(r.last) > e.pdbWait() {
+		r, first = refusal{first: now}, true
 	}
-	return since, ok
+	r.last = now
+	if e.refusals == nil {
+		e.refusals = map[types.UID]refusal{}
+	}
+	e.refusals[pod.UID] = r
+	return r.first, first
 }
+
+// refusal is a run of refused evictions of one pod.
+type refusal struct{ first, last time.Time }
 
 func (e *Evictor) forget(pod *v1.Pod) {
 	e.mu.Lock()
-	delete(e.refusedSince, pod.UID)
+	delete(e.refusals, pod.UID)
 	e.mu.Unlock()
 }
 
@@ -135,9 +142,9 @@ func (e *Evictor) forget(pod *v1.Pod) {
 func (e *Evictor) Prune(live map[types.UID]bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for uid := range e.refusedSince {
+	for uid := range e.refusals {
 		if !live[uid] {
-			delete(e.refusedSince, uid)
+			delete(e.refusals, uid)
 		}
 	}
 }

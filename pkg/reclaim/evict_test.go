@@ -433,3 +433,27 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 		t.Fatalf("last event %q, want %s", got, ReasonReclaimForced)
 	}
 }
+
+// A break in the refusals longer than the wait starts the count again: the
+// budget may have allowed disruptions meanwhile, so an old refusal is no
+// reason to skip the Eviction API now.
+func TestEvictCountsOnlyUnbrokenRefusals(t *testing.T) {
+	p := pod("shielded", now, "")
+	p.UID = "uid-shielded"
+	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
+	clk := clocktesting.NewFakePassiveClock(now)
+	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
+	for _, at := range []time.Duration{0, 10 * time.Minute, 11 * time.Minute} {
+		clk.SetTime(now.Add(at))
+		if err := c.evictor.Evict(context.Background(), p, "test"); !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("at %v: %v, want refused (the refusals of this run began at 10m)", at, err)
+		}
+	}
+	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + ReasonReclaimBlocked, "ml/shielded " + ReasonReclaimBlocked}) {
+		t.Fatalf("events %v: each run of refusals is reported once", got)
+	}
+	clk.SetTime(now.Add(12 * time.Minute))
+	if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
+		t.Fatalf("2 minutes into an unbroken run: %v, want the pod deleted", err)
+	}
+}
