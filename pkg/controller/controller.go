@@ -192,9 +192,9 @@ type Controller struct {
 	served map[string]*appsv1.Deployment
 	// reported: each service's last set of problems reported as an Event.
 	reported map[string]string
-	// forecastSeries: the services with a forecast load series exported;
-	// harvestSeries: the namespaces with a harvested GPU-seconds series.
-	forecastSeries, harvestSeries map[string]bool
+	// services: the services of the last round (each with a forecast load
+	// series); harvestSeries: the namespaces with a harvested GPU-seconds series.
+	services, harvestSeries map[string]bool
 }
 
 // New builds a controller, or says what is wrong with cfg. Nothing runs until
@@ -326,6 +326,11 @@ func (c *Controller) sync(ctx context.Context) error {
 	c.observePlan(now, o.Nodes, d)
 	for _, s := range d.Services {
 		c.report(s.Key, append(o.problems[s.Key], s.Problems...))
+	}
+	for key := range c.reported {
+		if !c.services[key] {
+			delete(c.reported, key) // a service gone; seen again, its problems are news
+		}
 	}
 	return c.act(ctx, now, o.nodes, d)
 }
@@ -531,13 +536,13 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		forecastPeakLoad.WithLabelValues(ns, name).Set(s.Forecast.Peak)
 		seen[s.Key] = true
 	}
-	for key := range c.forecastSeries {
+	for key := range c.services {
 		if !seen[key] {
 			ns, name, _ := strings.Cut(key, "/")
 			forecastPeakLoad.DeleteLabelValues(ns, name)
 		}
 	}
-	c.forecastSeries = seen
+	c.services = seen
 	var serving, lent, headroom, harvestable, idle int64
 	states := map[api.HarvestState]float64{api.HarvestOpen: 0, api.HarvestDraining: 0, api.HarvestClosed: 0}
 	for _, n := range nodes {

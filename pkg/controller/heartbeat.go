@@ -95,7 +95,11 @@ func (h *heartbeat) age() time.Duration {
 	if h.planning.IsZero() {
 		return 0
 	}
-	return h.clock.Since(h.planning.Add(max(0, h.last.Sub(h.planning))))
+	since := h.planning
+	if h.last.After(since) {
+		since = h.last
+	}
+	return h.clock.Since(since)
 }
 
 // Planning is the readiness check: it fails while this process plans but its

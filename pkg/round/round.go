@@ -212,6 +212,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 	now := obs.Now
 	out := make([]ServiceDecision, 0, len(obs.Services))
 	seen := make(map[string]bool, len(obs.Services))
+	pool := poolFit{nodes: obs.Nodes}
 	for _, s := range obs.Services {
 		seen[s.Key] = true
 		svc := p.services[s.Key]
@@ -225,7 +226,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 			sd.Problems = svc.load(s)
 		}
 		in := demand.Service{Name: s.Key, Replicas: s.Replicas, Metric: s.Settings.Metric, TargetLoad: s.Settings.TargetLoad,
-			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin(), MaxReplicas: maxReplicas(s, obs.Nodes)}
+			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin(), MaxReplicas: pool.maxReplicas(s)}
 		now0 := demand.Assess(in)
 		if now0.Complete && (len(s.Replicas) > 0 || s.Declared) {
 			svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
@@ -256,10 +257,18 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 	return out
 }
 
+// poolFit counts, once per round and replica size, how many replicas the
+// pool's nodes could hold: services mostly share a few sizes, and a round must
+// not walk every node once per service.
+type poolFit struct {
+	nodes []harvest.Node
+	fits  map[int64]int
+}
+
 // maxReplicas is the most replicas a service could run, which bounds the
 // headroom kept for it: its autoscaler's maximum, else what the pool's nodes
 // could hold of its replicas (0: no bound, when its replica size is unknown).
-func maxReplicas(s Service, nodes []harvest.Node) int {
+func (p *poolFit) maxReplicas(s Service) int {
 	if s.Autoscale != nil && s.Autoscale.Limits.Max > 0 {
 		return s.Autoscale.Limits.Max
 	}
@@ -272,13 +281,20 @@ func maxReplicas(s Service, nodes []harvest.Node) int {
 	if gpus <= 0 {
 		return 0
 	}
+	if fit, ok := p.fits[gpus]; ok {
+		return fit
+	}
 	var fit int64
-	for _, n := range nodes {
+	for _, n := range p.nodes {
 		if n.InPool {
 			fit += n.AllocatableGPUs / gpus
 		}
 	}
-	return int(max(fit, 1))
+	if p.fits == nil {
+		p.fits = map[int64]int{}
+	}
+	p.fits[gpus] = int(max(fit, 1))
+	return p.fits[gpus]
 }
 
 // load reads the service's stored profile, once. A service first seen without
