@@ -3,6 +3,7 @@
 package pluginargs
 
 import (
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -57,10 +59,19 @@ type Args interface {
 }
 
 // Decode turns a profile's raw plugin args (nil when none are given) into
-// defaulted, validated args. Errors name the plugin and the offending field, so a
-// bad configuration stops the scheduler at start with a clear message.
+// defaulted, validated args. Decoding is strict: a misspelt or unknown field is
+// an error, not silently a default. Errors name the plugin and the offending
+// field, so a bad configuration stops the scheduler at start with a clear message.
 func Decode(plugin string, obj runtime.Object, into Args) error {
-	if obj != nil {
+	if raw, ok := obj.(*runtime.Unknown); ok && raw.Raw != nil && (raw.ContentType == "" || raw.ContentType == runtime.ContentTypeJSON) {
+		strictErrs, err := sigsjson.UnmarshalStrict(raw.Raw, into)
+		if err == nil && len(strictErrs) > 0 {
+			err = errors.Join(strictErrs...)
+		}
+		if err != nil {
+			return fmt.Errorf("decoding %s args: %w", plugin, err)
+		}
+	} else if obj != nil {
 		if err := frameworkruntime.DecodeInto(obj, into); err != nil {
 			return fmt.Errorf("decoding %s args: %w", plugin, err)
 		}
