@@ -44,8 +44,11 @@ current-context: c
 		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},
 		{[]string{"--max-reclaim-grace", "0s"}, "--max-reclaim-grace"},
 		{[]string{"--pdb-wait", "-1s"}, "--pdb-wait"},
+		{[]string{"--secure-port", "70000"}, "--secure-port 70000"},
+		{[]string{"--tls-cert-file", missing}, "--tls-cert-file and --tls-private-key-file must be set together"},
+		{[]string{"--tls-cert-file", missing, "--tls-private-key-file", kubeconfig}, "--tls-cert-file: stat " + missing},
 	} {
-		err := run(append([]string{"--kubeconfig", kubeconfig, "--bind-address", ""}, tt.args...))
+		err := run(append([]string{"--kubeconfig", kubeconfig, "--secure-port", "0"}, tt.args...))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want an error naming %q", tt.args, err, tt.want)
 		}

@@ -236,8 +236,6 @@ func componentArgs(objs []*unstructured.Unstructured, name, dir, kubeconfig stri
 		case "--secure-port":
 			scheme = "https"
 			value = fmt.Sprint(port)
-		case "--bind-address":
-			value = fmt.Sprintf("127.0.0.1:%d", port)
 		case "--cert-dir":
 			value = filepath.Join(dir, name+"-certs")
 		}

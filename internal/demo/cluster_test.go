@@ -58,7 +58,7 @@ func TestComponentArgsFromShippedManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(ctrl.args, "--kubeconfig=/x/ctrl.kubeconfig") || !strings.HasPrefix(ctrl.health, "http://127.0.0.1:") {
+	if !slices.Contains(ctrl.args, "--kubeconfig=/x/ctrl.kubeconfig") || !strings.HasPrefix(ctrl.health, "https://127.0.0.1:") {
 		t.Fatalf("controller args %v, health %s", ctrl.args, ctrl.health)
 	}
 	tm, _ := newTiming(4)

@@ -21,6 +21,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -288,18 +290,7 @@ func TestInstall(t *testing.T) {
 				first := start(component + "-0")
 				leader := waitLeaseHolder(t, cp, component, "", 30*time.Second)
 				if component == "gleaner-controller" {
-					// The controller's own endpoint serves Gleaner's metrics without credentials.
-					resp, err := http.Get(metricsURL)
-					if err != nil {
-						t.Fatal(err)
-					}
-					body, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					for _, m := range []string{"gleaner_controller_sync_duration_seconds", "gleaner_vllm_scrape_duration_seconds"} {
-						if !strings.Contains(string(body), m) {
-							t.Errorf("%s does not serve %s", metricsURL, m)
-						}
-					}
+					checkMetricsAuthorized(t, cp, metricsURL, "gleaner_controller_sync_duration_seconds", "gleaner_vllm_scrape_duration_seconds")
 				}
 				second := start(component + "-1")
 				if holder := leaseHolder(t, cp, component); holder != leader {
@@ -322,6 +313,84 @@ func TestInstall(t *testing.T) {
 			})
 		}
 	})
+}
+
+// checkMetricsAuthorized checks that url serves metrics only to a caller the
+// API server authorizes: anonymous and unauthorized ServiceAccounts are
+// refused, one allowed get on the non-resource URL /metrics reads every metric
+// in want.
+func checkMetricsAuthorized(t *testing.T, cp *controlPlane, url string, want ...string) {
+	t.Helper()
+	ctx := context.Background()
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the component's self-signed serving certificate
+		}}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	token := func(sa string) string {
+		if _, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		tr, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).CreateToken(ctx, sa,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-metrics-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: api.SystemNamespace}}}
+	for _, err := range []error{
+		ignoreExists(cp.client.RbacV1().ClusterRoles().Create(ctx, reader, metav1.CreateOptions{})),
+		ignoreExists(cp.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, caller := range []struct{ name, token string }{{"anonymous", ""}, {"a ServiceAccount without the role", token("stranger")}} {
+		if code, _ := get(caller.token); code != http.StatusUnauthorized && code != http.StatusForbidden {
+			t.Errorf("%s as %s: HTTP %d, want 401 or 403", url, caller.name, code)
+		}
+	}
+	allowed := token("prometheus")
+	var code int
+	var body string
+	// The RoleBinding reaches the authorizer's cache within seconds.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if code, body = get(allowed); code == http.StatusOK || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != http.StatusOK {
+		t.Fatalf("%s as a ServiceAccount allowed get on /metrics: HTTP %d: %s", url, code, body)
+	}
+	for _, m := range want {
+		if !strings.Contains(body, m) {
+			t.Errorf("%s does not serve %s", url, m)
+		}
+	}
+}
+
+func ignoreExists[T any](_ T, err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // renderedDeployment finds a component's Deployment in the rendered objects.
@@ -360,8 +429,6 @@ func processArgs(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Depl
 		case "--secure-port":
 			scheme = "https"
 			value = fmt.Sprint(port)
-		case "--bind-address":
-			value = fmt.Sprintf("127.0.0.1:%d", port)
 		case "--cert-dir":
 			value = dir
 		}
