@@ -121,6 +121,17 @@ func PodGPUs(pod *v1.Pod, resource v1.ResourceName) int64 {
 	return q.Value()
 }
 
+// NodeReady reports whether a node's Ready condition is True: a node whose
+// kubelet stopped reporting, or never did, is not.
+func NodeReady(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // HoldsResources reports whether a pod still occupies its node's resources: bound and not finished.
 func HoldsResources(pod *v1.Pod) bool {
 	return pod.Spec.NodeName != "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed

@@ -304,9 +304,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	return <-loadDone
 }
 
-// Sync runs one planning round: observe, plan, act.
+// Sync runs one planning round: observe, plan, act. A round gets at most the
+// heartbeat timeout: past it the scheduler has stopped lending on it anyway,
+// and an API call that hangs (a black-holed connection, a stuck webhook) must
+// not wedge the controller after the fault clears; the next round starts over.
 func (c *Controller) Sync(ctx context.Context) error {
 	start := c.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Heartbeat.Timeout)
+	defer cancel()
 	err := c.sync(ctx)
 	syncDuration.Observe(c.cfg.Clock.Since(start).Seconds())
 	if err != nil {
@@ -367,7 +372,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		hn := harvest.Node{
 			Name:            n.Name,
 			InPool:          c.cfg.PoolSelector.Matches(labels.Set(n.Labels)),
-			Schedulable:     !n.Spec.Unschedulable && nodeReady(n),
+			Schedulable:     !n.Spec.Unschedulable && api.NodeReady(n),
 			AllocatableGPUs: gpus.Value(),
 		}
 		if hn.InPool {
@@ -611,13 +616,4 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 	}
 	klog.FromContext(ctx).Info("Published harvest verdict", "node", node.Name, "state", v.State, "harvestableGPUs", v.HarvestableGPUs)
 	return nil
-}
-
-func nodeReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }

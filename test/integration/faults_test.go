@@ -15,10 +15,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -251,44 +255,129 @@ func TestFaults(t *testing.T) {
 		quiet(env)
 	})
 
-	t.Run("Node writes failing stop all lending within the heartbeat timeout", func(t *testing.T) {
+	t.Run("Node writes failing or hanging stop all lending within the heartbeat timeout", func(t *testing.T) {
 		env := env.in(t)
 		const timeout = 3 * time.Second
-		var failing atomic.Bool
-		cfg := rest.CopyConfig(env.cp.config)
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return failNodePatches{rt, &failing} })
-		env.stopController()
-		env.startControllerOn(kubernetes.NewForConfigOrDie(cfg), func(c *controller.Config) {
-			c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, timeout, "faulty-writes"
-		})
-		env.waitHeartbeatHolder("faulty-writes")
-		env.waitVerdict("gpu-b", open(8), 20*time.Second)
-		env.create(bestEffortPod("before", 1))
-		env.waitBound(researchNS, "before", 20*time.Second)
+		for _, fault := range []struct {
+			name string
+			mode nodePatchFault
+		}{
+			{"answered 503", nodePatchFails},
+			// A black-holed connection: the call never returns. Each round is
+			// cut at the heartbeat timeout, so the controller recovers by itself.
+			{"hanging until the caller gives up", nodePatchHangs},
+		} {
+			var mode atomic.Int32
+			cfg := rest.CopyConfig(env.cp.config)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return faultyNodePatches{rt, &mode} })
+			identity := "faulty-writes-" + strconv.Itoa(int(fault.mode))
+			env.stopController()
+			env.startControllerOn(kubernetes.NewForConfigOrDie(cfg), func(c *controller.Config) {
+				c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, timeout, identity
+			})
+			env.waitHeartbeatHolder(identity)
+			env.waitVerdict("gpu-b", open(8), 20*time.Second)
+			env.create(bestEffortPod("before", 1))
+			env.waitBound(researchNS, "before", 20*time.Second)
 
-		// Every Node patch now fails, and the load changes so that verdicts must.
-		failing.Store(true)
-		chat0.set(vllmServing, 16, 5, 0.9)
-		// Within the timeout the scheduler may still lend on the last verdicts;
-		// past it, nothing.
-		wait := timeout + 2*scrapeInterval
-		time.Sleep(wait)
-		env.create(bestEffortPod("during", 1))
-		ev := env.waitEvent(researchNS, "during", "FailedScheduling", "heartbeat is stale", 10*time.Second)
-		env.assertStaysPending(researchNS, "during", 2*time.Second)
-		// The verdicts on the Nodes still say open: only the heartbeat stopped lending.
-		if got := env.verdict("gpu-b"); got.State != api.HarvestOpen {
-			t.Fatalf("gpu-b verdict %+v: the failing patches reached the API", got)
-		}
-		t.Logf("fault: every Node patch failing: a best-effort pod created %v later is refused (heartbeat timeout %v): %s", wait, timeout, ev.Message)
+			// Every Node patch now fails, and the load changes so that verdicts must.
+			mode.Store(int32(fault.mode))
+			chat0.set(vllmServing, 16, 5, 0.9)
+			// Within the timeout the scheduler may still lend on the last verdicts;
+			// past it, nothing.
+			wait := timeout + 2*scrapeInterval
+			time.Sleep(wait)
+			env.create(bestEffortPod("during", 1))
+			ev := env.waitEvent(researchNS, "during", "FailedScheduling", "heartbeat is stale", 10*time.Second)
+			env.assertStaysPending(researchNS, "during", 2*time.Second)
+			// The verdicts on the Nodes still say open: only the heartbeat stopped lending.
+			if got := env.verdict("gpu-b"); got.State != api.HarvestOpen {
+				t.Fatalf("gpu-b verdict %+v: the failing patches reached the API", got)
+			}
+			t.Logf("fault: every Node patch %s: a best-effort pod created %v later is refused (heartbeat timeout %v): %s", fault.name, wait, timeout, ev.Message)
 
-		failing.Store(false)
-		chat0.set(vllmServing, 4, 0, 0.3)
-		if node := env.waitBound(researchNS, "during", 30*time.Second); node == "" {
-			t.Fatal("during never bound once Node writes succeeded again")
+			mode.Store(int32(nodePatchesPass))
+			cleared := time.Now()
+			chat0.set(vllmServing, 4, 0, 0.3)
+			if node := env.waitBound(researchNS, "during", 30*time.Second); node == "" {
+				t.Fatal("during never bound once Node writes succeeded again")
+			}
+			t.Logf("fault: every Node patch %s, cleared: lending resumed %v later", fault.name, time.Since(cleared).Round(time.Millisecond))
+			for _, p := range listPods(t, env, researchNS) {
+				env.deleteNow(researchNS, p.Name)
+			}
 		}
-		for _, p := range listPods(t, env, researchNS) {
-			env.deleteNow(researchNS, p.Name)
+	})
+
+	t.Run("a node NotReady, without GPUs, or back with stale labels lends nothing meanwhile", func(t *testing.T) {
+		env := env.in(t)
+		closed := harvest.Verdict{State: api.HarvestClosed}
+		pinned := func(name string) *v1.Pod {
+			p := bestEffortPod(name, 1)
+			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
+			return p
+		}
+		// Each fault is injected, a pod pinned to gpu-b must stay pending while
+		// it lasts, and binds once it clears.
+		for _, fault := range []struct {
+			name         string
+			inject, heal func()
+		}{{
+			name: "NotReady",
+			inject: func() {
+				env.setNodeStatus("gpu-b", func(s *v1.NodeStatus) { s.Conditions[0].Status = v1.ConditionFalse })
+			},
+			heal: func() {
+				env.setNodeStatus("gpu-b", func(s *v1.NodeStatus) { s.Conditions[0].Status = v1.ConditionTrue })
+			},
+		}, {
+			name: "0 allocatable GPUs",
+			inject: func() {
+				env.setNodeStatus("gpu-b", func(s *v1.NodeStatus) { s.Allocatable[api.GPUResource] = *resource.NewQuantity(0, resource.DecimalSI) })
+			},
+			heal: func() {
+				env.setNodeStatus("gpu-b", func(s *v1.NodeStatus) { s.Allocatable[api.GPUResource] = *resource.NewQuantity(8, resource.DecimalSI) })
+			},
+		}, {
+			// It left the pool and came back under the same name, still carrying
+			// its old open verdict: the scheduler must not trust a verdict no
+			// round that saw this node has published.
+			name: "deleted and re-added outside the pool with its stale open verdict",
+			inject: func() {
+				stale := env.node("gpu-b")
+				if err := env.client.CoreV1().Nodes().Delete(env.ctx, "gpu-b", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "gpu-b deleted", 10*time.Second, func() bool {
+					_, err := env.client.CoreV1().Nodes().Get(env.ctx, "gpu-b", metav1.GetOptions{})
+					return apierrors.IsNotFound(err)
+				})
+				delete(stale.Labels, api.LabelPool)
+				if err := registerGPUNode(env.ctx, env.client, "gpu-b", 8, stale.Labels, stale.Annotations); err != nil {
+					t.Fatal(err)
+				}
+			},
+			heal: func() {
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, api.LabelPool, api.PoolInference)
+				if _, err := env.client.CoreV1().Nodes().Patch(env.ctx, "gpu-b", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}} {
+			env.waitVerdict("gpu-b", open(8), 20*time.Second)
+			fault.inject()
+			start := time.Now()
+			env.create(pinned("pinned"))
+			env.assertStaysPending(researchNS, "pinned", 3*scrapeInterval)
+			env.waitVerdict("gpu-b", closed, 20*time.Second)
+			env.assertStaysPending(researchNS, "pinned", scrapeInterval)
+			pending := time.Since(start)
+			fault.heal()
+			healed := time.Now()
+			env.waitBound(researchNS, "pinned", 30*time.Second)
+			t.Logf("fault: gpu-b %s: a pod pinned there stayed pending %v (verdict closed), bound %v after the fault cleared",
+				fault.name, pending.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
+			env.deleteNow(researchNS, "pinned")
 		}
 	})
 
@@ -314,17 +403,33 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// failNodePatches answers every PATCH of a Node with 503 while failing is set.
-type failNodePatches struct {
-	rt      http.RoundTripper
-	failing *atomic.Bool
+// nodePatchFault is what faultyNodePatches does to a PATCH of a Node.
+type nodePatchFault int32
+
+const (
+	nodePatchesPass nodePatchFault = iota
+	nodePatchFails                 // answered 503
+	nodePatchHangs                 // never answered: held until the caller gives up
+)
+
+// faultyNodePatches injects mode's fault into every PATCH of a Node.
+type faultyNodePatches struct {
+	rt   http.RoundTripper
+	mode *atomic.Int32
 }
 
-func (f failNodePatches) RoundTrip(r *http.Request) (*http.Response, error) {
-	if f.failing.Load() && r.Method == http.MethodPatch && strings.HasPrefix(r.URL.Path, "/api/v1/nodes/") {
+func (f faultyNodePatches) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPatch || !strings.HasPrefix(r.URL.Path, "/api/v1/nodes/") {
+		return f.rt.RoundTrip(r)
+	}
+	switch nodePatchFault(f.mode.Load()) {
+	case nodePatchFails:
 		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","reason":"ServiceUnavailable","code":503}`
 		return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	case nodePatchHangs:
+		<-r.Context().Done() // even after the fault clears, as a dead connection would
+		return nil, r.Context().Err()
 	}
 	return f.rt.RoundTrip(r)
 }
@@ -334,6 +439,30 @@ type skewedClock time.Duration
 
 func (s skewedClock) Now() time.Time                  { return time.Now().Add(time.Duration(s)) }
 func (s skewedClock) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+
+// node reads a Node.
+func (e *harvestEnv) node(name string) *v1.Node {
+	e.t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// setNodeStatus changes a Node's status, as its kubelet would report it.
+func (e *harvestEnv) setNodeStatus(name string, change func(*v1.NodeStatus)) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := e.node(name)
+		change(&n.Status)
+		_, err := e.client.CoreV1().Nodes().UpdateStatus(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
 
 // waitHeartbeatHolder waits until the controller named holder has renewed the
 // heartbeat: from then on, the heartbeat is its own.

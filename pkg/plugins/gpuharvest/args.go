@@ -34,8 +34,10 @@ type ScoreWeights struct {
 
 // LeaseRef names a Lease.
 type LeaseRef struct {
+	// Namespace of the Lease.
 	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
+	// Name of the Lease.
+	Name string `json:"name,omitempty"`
 }
 
 // Default fills unset fields.

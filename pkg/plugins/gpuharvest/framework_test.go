@@ -78,6 +78,11 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 	if lease != nil {
 		objs = append(objs, lease)
 	}
+	// The nodes are in the API too, so the plugin sees them arrive before the
+	// heartbeat's renewals below.
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
 	client := fake.NewClientset(objs...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	var pl *GPUHarvest
@@ -109,18 +114,23 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 		time.Sleep(5 * time.Millisecond)
 	}
 	// A live controller renews its heartbeat every round: renew a recent one
-	// once, as the scheduler would see it do, and wait for the plugin to see it.
+	// as the scheduler would see it do, often enough for the nodes' verdicts to
+	// be trusted, and wait for the plugin to see each renewal.
 	if lease != nil && time.Since(lease.Spec.RenewTime.Time) < time.Minute {
-		renewed := lease.DeepCopy()
-		renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-		if _, err := client.CoordinationV1().Leases(lease.Namespace).Update(ctx, renewed, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for pl.heartbeat.check(time.Now()) != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("the plugin never saw the heartbeat renewed: %v", pl.heartbeat.check(time.Now()))
+		cur := lease
+		for i := uint64(1); i <= trustAfterRenewals; i++ {
+			renewed := cur.DeepCopy()
+			renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now().Add(time.Duration(i) * time.Millisecond)))
+			var err error
+			if cur, err = client.CoordinationV1().Leases(lease.Namespace).Update(ctx, renewed, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			for pl.heartbeat.renewalCount() < i || pl.heartbeat.check(time.Now()) != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("the plugin never saw the heartbeat renewed: %v", pl.heartbeat.check(time.Now()))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 	}
 	return fw, pl, nil

@@ -35,6 +35,7 @@ const (
 	ErrReasonBadVerdict      = "node(s) had an unreadable harvest verdict"
 	ErrReasonNotEnoughGPUs   = "node(s) didn't have enough harvestable GPUs"
 	ErrReasonHeartbeatStale  = "gleaner-controller heartbeat is stale, so no GPUs are lent"
+	ErrReasonNewNode         = "node(s) joined after gleaner-controller's last planning round"
 	priorityFragmentKey      = "v1.Pod.Spec.Priority"
 	bestEffortGPUFragmentKey = "gleaner.dev/BestEffortGPUs()"
 )
@@ -57,15 +58,25 @@ type GPUHarvest struct {
 // label and annotation each time costs the scheduler a fifth of its throughput
 // on large clusters, mostly in cache misses on the Nodes' maps. A Node object
 // is immutable in the scheduler's cache, so a pointer match means the entry is current.
+//
+// It also keeps when each node arrived, counted in heartbeat renewals: a
+// node's verdict is trusted only once trustAfterRenewals renewals were seen
+// after the node appeared. The round that ended in the first of them may have
+// listed the nodes before this one joined, so a node deleted and re-added with
+// its old labels, or registered with a forged verdict, lends nothing until a
+// round that saw it has published its verdict.
 type verdictCache struct {
 	mu sync.RWMutex
 	m  map[string]*cachedVerdict // by node name
 }
 
+const trustAfterRenewals = 2
+
 type cachedVerdict struct {
-	node    *v1.Node
+	node    *v1.Node // nil until read
 	verdict harvest.Verdict
 	err     error
+	arrived uint64 // heartbeat renewals seen when the node appeared
 }
 
 // forget drops a deleted node's entry, so a cluster whose nodes come and go
@@ -81,27 +92,70 @@ func (c *verdictCache) forget(obj interface{}) {
 	}
 }
 
-func (c *verdictCache) read(node *v1.Node) (harvest.Verdict, error) {
+// arrive records that a node appeared when renewals renewals had been seen.
+func (c *verdictCache) arrive(name string, renewals uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[name]; ok {
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]*cachedVerdict{}
+	}
+	c.m[name] = &cachedVerdict{arrived: renewals}
+}
+
+// newlyTrusted reports whether some node became trusted at exactly renewals.
+func (c *verdictCache) newlyTrusted(renewals uint64) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, cv := range c.m {
+		if cv.arrived+trustAfterRenewals == renewals {
+			return true
+		}
+	}
+	return false
+}
+
+// read returns the node's verdict and when it arrived, in heartbeat renewals;
+// a node not seen before (Filter ran before this plugin's Add handler) arrives
+// at renewals.
+func (c *verdictCache) read(node *v1.Node, renewals uint64) (harvest.Verdict, uint64, error) {
 	c.mu.RLock()
 	cv := c.m[node.Name]
 	c.mu.RUnlock()
 	if cv != nil && cv.node == node {
-		return cv.verdict, cv.err
+		return cv.verdict, cv.arrived, cv.err
 	}
-	v, err := harvest.ReadNode(node)
+	v, err := nodeVerdict(node)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]*cachedVerdict{}
 	}
-	c.m[node.Name] = &cachedVerdict{node: node, verdict: v, err: err}
-	c.mu.Unlock()
+	arrived := renewals
+	if old := c.m[node.Name]; old != nil {
+		arrived = old.arrived
+	}
+	c.m[node.Name] = &cachedVerdict{node: node, verdict: v, err: err, arrived: arrived}
+	return v, arrived, err
+}
+
+// nodeVerdict is the verdict the scheduler acts on: the published one, except
+// that a node that is not Ready counts as closed at once, before the
+// controller's next round says so (its GPUs' state is unknown).
+func nodeVerdict(node *v1.Node) (harvest.Verdict, error) {
+	v, err := harvest.ReadNode(node)
+	if err == nil && !api.NodeReady(node) {
+		v = harvest.Verdict{State: api.HarvestClosed}
+	}
 	return v, err
 }
 
 // rejectionCounters are resolved once, after registration (an unregistered
 // vector hands out no-op counters): Filter runs for every node of every pod.
 type rejectionCounters struct {
-	heartbeat, notOpen, badVerdict, notEnough metrics.CounterMetric
+	heartbeat, notOpen, badVerdict, notEnough, newNode metrics.CounterMetric
 }
 
 func newRejectionCounters() rejectionCounters {
@@ -111,6 +165,7 @@ func newRejectionCounters() rejectionCounters {
 		notOpen:    c.WithLabelValues(pluginmetrics.ReasonNotOpen),
 		badVerdict: c.WithLabelValues(pluginmetrics.ReasonBadVerdict),
 		notEnough:  c.WithLabelValues(pluginmetrics.ReasonNotEnoughGPUs),
+		newNode:    c.WithLabelValues(pluginmetrics.ReasonNewNode),
 	}
 }
 
@@ -143,14 +198,19 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if args.HeartbeatTimeoutSeconds != nil {
 		timeout = time.Duration(*args.HeartbeatTimeoutSeconds) * time.Second
 	}
+	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.clock, pl.onRenew)
+	if err != nil {
+		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
+	}
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if node, ok := obj.(*v1.Node); ok {
+				pl.verdicts.arrive(node.Name, pl.heartbeat.renewalCount())
+			}
+		},
 		DeleteFunc: pl.verdicts.forget,
 	}); err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
-	}
-	pl.heartbeat, err = startHeartbeat(ctx, h.ClientSet(), args.ControllerLease, timeout, pl.clock, pl.activatePending)
-	if err != nil {
-		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
 	}
 	return pl, nil
 }
@@ -159,7 +219,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 func (pl *GPUHarvest) Name() string { return Name }
 
 type preFilterState struct {
-	gpus int64
+	gpus     int64
+	renewals uint64 // heartbeat renewals seen when the cycle began
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -177,33 +238,40 @@ func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale+": "+err.Error())
 	}
 	pluginmetrics.HeartbeatFresh.Set(1)
-	state.Write(stateKey, &preFilterState{gpus: api.PodGPUs(pod, pl.gpu)})
+	state.Write(stateKey, &preFilterState{gpus: api.PodGPUs(pod, pl.gpu), renewals: pl.heartbeat.renewalCount()})
 	return nil, nil
 }
 
 // PreFilterExtensions is not needed: the per-node state is read from NodeInfo.
 func (pl *GPUHarvest) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-func (pl *GPUHarvest) podGPUs(state fwk.CycleState, pod *v1.Pod) int64 {
+// cycle is what PreFilter worked out for this pod's cycle.
+func (pl *GPUHarvest) cycle(state fwk.CycleState, pod *v1.Pod) preFilterState {
 	if d, err := state.Read(stateKey); err == nil {
 		if s, ok := d.(*preFilterState); ok {
-			return s.gpus
+			return *s
 		}
 	}
-	return api.PodGPUs(pod, pl.gpu)
+	return preFilterState{gpus: api.PodGPUs(pod, pl.gpu), renewals: pl.heartbeat.renewalCount()}
 }
 
 // Filter admits a best-effort pod on a node only if the node is open and its
 // harvestable GPUs, minus those already lent there, cover the pod's request.
 func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	node := nodeInfo.Node()
-	verdict, err := pl.verdicts.read(node)
+	cycle := pl.cycle(state, pod)
+	verdict, arrived, err := pl.verdicts.read(node, cycle.renewals)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Treating node as closed", "node", klog.KObj(node), "err", err)
 		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
-	switch verdict.Fit(pl.lentGPUs(nodeInfo), pl.podGPUs(state, pod)) {
+	fit := verdict.Fit(pl.lentGPUs(nodeInfo), cycle.gpus)
+	if fit == harvest.Fits && cycle.renewals < arrived+trustAfterRenewals {
+		pl.rejected.newNode.Inc()
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNewNode)
+	}
+	switch fit {
 	case harvest.NotOpen:
 		pl.rejected.notOpen.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen)
@@ -240,7 +308,8 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 // simulator scores with the same function). Serving GPUs are those requested
 // by pods that are not best-effort.
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	verdict, err := pl.verdicts.read(nodeInfo.Node())
+	cycle := pl.cycle(state, pod)
+	verdict, _, err := pl.verdicts.read(nodeInfo.Node(), cycle.renewals)
 	if err != nil || verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
@@ -252,7 +321,7 @@ func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod
 		ServingGPUs:     max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0),
 	}
 	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
-	return harvest.PlacementScore(n, pl.podGPUs(state, pod), wp, wi, fwk.MaxNodeScore), nil
+	return harvest.PlacementScore(n, cycle.gpus, wp, wi, fwk.MaxNodeScore), nil
 }
 
 // ScoreExtensions: scores are already within [0, MaxNodeScore].
@@ -271,12 +340,12 @@ func (pl *GPUHarvest) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragmen
 	}, nil
 }
 
-// EventsToRegister: a rejected best-effort pod can fit after a node opens or gains
+// EventsToRegister: a rejected best-effort pod can fit after a node opens (or turns Ready) or gains
 // harvestable GPUs, or after a lent pod leaves. A stale heartbeat turning fresh is
 // not a cluster event; onLeaseChange re-activates pods for it.
 func (pl *GPUHarvest) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeCondition}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDeletion},
 	}, nil
 }
@@ -289,12 +358,12 @@ func (pl *GPUHarvest) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.P
 	if !ok {
 		return fwk.Queue, fmt.Errorf("expected *v1.Node, got %T", newObj)
 	}
-	cur, err := harvest.ReadNode(newNode)
+	cur, err := nodeVerdict(newNode)
 	if err != nil || cur.State != api.HarvestOpen || cur.HarvestableGPUs < api.PodGPUs(pod, pl.gpu) {
 		return fwk.QueueSkip, nil
 	}
 	if oldNode, ok := oldObj.(*v1.Node); ok {
-		if prev, err := harvest.ReadNode(oldNode); err == nil && prev.State == api.HarvestOpen && prev.HarvestableGPUs >= cur.HarvestableGPUs {
+		if prev, err := nodeVerdict(oldNode); err == nil && prev.State == api.HarvestOpen && prev.HarvestableGPUs >= cur.HarvestableGPUs {
 			return fwk.QueueSkip, nil
 		}
 	}
@@ -316,9 +385,17 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 	return fwk.QueueSkip, nil
 }
 
-// activatePending re-activates pending best-effort pods when the controller's
-// heartbeat comes back after being stale, instead of leaving them to the
-// scheduler's periodic flush of unschedulable pods.
+// onRenew re-activates pending best-effort pods when a renewal made the
+// heartbeat fresh again or made a new node's verdict trusted: neither is a
+// cluster event the scheduler requeues pods for, and its periodic flush of
+// unschedulable pods comes only every few minutes.
+func (pl *GPUHarvest) onRenew(renewals uint64, becameFresh bool) {
+	if becameFresh || pl.verdicts.newlyTrusted(renewals) {
+		pl.activatePending()
+	}
+}
+
+// activatePending moves every pending best-effort pod back to the active queue.
 func (pl *GPUHarvest) activatePending() {
 	pods, err := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
 	if err != nil {

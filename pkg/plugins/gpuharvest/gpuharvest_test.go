@@ -49,7 +49,8 @@ func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
 	args.Default()
 	hb := &heartbeat{ref: args.ControllerLease, lister: coordinationlisters.NewLeaseLister(idx), synced: func() bool { return true }}
 	if l != nil && l.Spec.RenewTime != nil {
-		hb.seenAt = l.Spec.RenewTime.Time
+		// Seen renewed often enough to trust nodes that arrived before (see trust).
+		hb.seenAt, hb.renewals = l.Spec.RenewTime.Time, trustAfterRenewals
 	}
 	return &GPUHarvest{
 		args:      args,
@@ -77,14 +78,21 @@ func pod(name string, priority int32, gpus int64) *v1.Pod {
 func bestEffort(name string, gpus int64) *v1.Pod { return pod(name, -1000, gpus) }
 func inference(name string, gpus int64) *v1.Pod  { return pod(name, 1000000, gpus) }
 
+// node is a Ready node with the given verdict.
 func node(name string, state string, harvestable string) *v1.Node {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
 	if state != "" {
 		n.Labels[api.LabelHarvest] = state
 	}
 	if harvestable != "" {
 		n.Annotations[api.AnnotationHarvestableGPUs] = harvestable
 	}
+	return n
+}
+
+func notReady(n *v1.Node) *v1.Node {
+	n.Status.Conditions[0].Status = v1.ConditionUnknown
 	return n
 }
 
@@ -187,12 +195,15 @@ func TestHeartbeatObserveReportsTurningFresh(t *testing.T) {
 	l1, l2, l3 := l("1"), l("2"), l("3")
 	l2.Spec.RenewTime.Time = now.Add(time.Second)
 	l3.Spec.RenewTime.Time = now.Add(2 * time.Second)
-	if !hb.observe(l1, l2) {
-		t.Fatal("the first renewal did not turn the heartbeat fresh")
+	if n, fresh := hb.observe(l1, l2); n != 1 || !fresh {
+		t.Fatalf("the first renewal: renewal %d, turned fresh %v; want 1, true", n, fresh)
+	}
+	if n, _ := hb.observe(l2, l2); n != 0 {
+		t.Fatalf("the same Lease delivered again counted as renewal %d", n)
 	}
 	clk.SetTime(now.Add(5 * time.Second))
-	if hb.observe(l2, l3) {
-		t.Fatal("a renewal while fresh reported turning fresh")
+	if n, fresh := hb.observe(l2, l3); n != 2 || fresh {
+		t.Fatalf("a renewal while fresh: renewal %d, turned fresh %v; want 2, false", n, fresh)
 	}
 	// A controller stops and releases the Lease; its successor renews it soon after.
 	released, successor := l("4"), l("5")
@@ -201,7 +212,7 @@ func TestHeartbeatObserveReportsTurningFresh(t *testing.T) {
 	clk.SetTime(now.Add(6 * time.Second))
 	hb.observe(l3, released)
 	clk.SetTime(now.Add(8 * time.Second))
-	if !hb.observe(released, successor) {
+	if _, fresh := hb.observe(released, successor); !fresh {
 		t.Fatal("the successor's first renewal after a release did not turn the heartbeat fresh")
 	}
 }
@@ -233,7 +244,7 @@ func TestPreFilter(t *testing.T) {
 				t.Fatalf("PreFilter message %q, want it to contain %q", st.Message(), tt.wantMsg)
 			}
 			if tt.wantCode == fwk.Success {
-				if got := pl.podGPUs(state, &v1.Pod{}); got != 4 {
+				if got := pl.cycle(state, &v1.Pod{}).gpus; got != 4 {
 					t.Fatalf("cycle state holds %d GPUs, want the pod's 4", got)
 				}
 			}
@@ -261,10 +272,12 @@ func TestFilter(t *testing.T) {
 		{"malformed annotation", node("n", "open", "eight"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict},
 		{"unknown state", node("n", "ajar", "8"), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict},
 		{"pod without GPUs still needs an open node", node("n", "closed", "0"), nil, bestEffort("cpu-only", 0), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
+		{"open but NotReady: closed before the controller says so", notReady(node("n", "open", "8")), nil, bestEffort("p", 1), fwk.UnschedulableAndUnresolvable, ErrReasonNotOpen},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pl := newPlugin(t, lease(time.Second, 15))
+			pl.verdicts.arrive(tt.node.Name, 0)
 			state := framework.NewCycleState()
 			if _, st := pl.PreFilter(context.Background(), state, tt.pod, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
@@ -274,6 +287,52 @@ func TestFilter(t *testing.T) {
 				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), tt.wantCode, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// A node's verdict is trusted only once trustAfterRenewals renewals were seen
+// after the node appeared: one deleted and re-added with its old "open" labels
+// lends nothing until a round that saw it has published its verdict, and the
+// renewal that trusts it re-activates pending pods.
+func TestFilterTrustsNewNodesAfterTwoRenewals(t *testing.T) {
+	pl := newPlugin(t, lease(time.Second, 15))
+	n, p := node("back", "open", "8"), bestEffort("p", 1)
+	filter := func() *fwk.Status {
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		return pl.Filter(context.Background(), state, p, nodeInfo(n))
+	}
+	// First seen by Filter itself (its Add event not handled yet): it arrives now.
+	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ErrReasonNewNode {
+		t.Fatalf("Filter on a node that just appeared = %v %q, want %q", st.Code(), st.Message(), ErrReasonNewNode)
+	}
+	pl.heartbeat.renewals++
+	if pl.verdicts.newlyTrusted(pl.heartbeat.renewals) {
+		t.Fatal("one renewal after the node appeared trusted it")
+	}
+	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("Filter after one renewal = %v, want still rejected", st)
+	}
+	pl.heartbeat.renewals++
+	if !pl.verdicts.newlyTrusted(pl.heartbeat.renewals) {
+		t.Fatal("the second renewal did not report the node newly trusted")
+	}
+	if st := filter(); !st.IsSuccess() {
+		t.Fatalf("Filter after two renewals = %v, want success", st)
+	}
+	// Deleted and re-added: it starts over.
+	pl.verdicts.forget(n)
+	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ErrReasonNewNode {
+		t.Fatalf("Filter on a re-added node = %v %q, want %q", st.Code(), st.Message(), ErrReasonNewNode)
+	}
+	// A closed node reads closed, not new: the reason says what is wrong first.
+	closed := node("closed", "closed", "0")
+	state := framework.NewCycleState()
+	pl.PreFilter(context.Background(), state, p, nil)
+	if st := pl.Filter(context.Background(), state, p, nodeInfo(closed)); st.Message() != ErrReasonNotOpen {
+		t.Fatalf("Filter on a new closed node = %q, want %q", st.Message(), ErrReasonNotOpen)
 	}
 }
 
@@ -370,6 +429,8 @@ func TestQueueingHints(t *testing.T) {
 		{"node opens but too small", bestEffort("p", 4), node("n", "closed", "0"), node("n", "open", "2"), fwk.QueueSkip},
 		{"node shrinks", bestEffort("p", 1), node("n", "open", "8"), node("n", "open", "4"), fwk.QueueSkip},
 		{"node starts draining", bestEffort("p", 1), node("n", "open", "8"), node("n", "draining", "0"), fwk.QueueSkip},
+		{"open node turns Ready", bestEffort("p", 1), notReady(node("n", "open", "8")), node("n", "open", "8"), fwk.Queue},
+		{"open node stops being Ready", bestEffort("p", 1), node("n", "open", "8"), notReady(node("n", "open", "8")), fwk.QueueSkip},
 		{"inference pods are not this plugin's", inference("v", 1), node("n", "closed", "0"), node("n", "open", "8"), fwk.QueueSkip},
 	}
 	for _, tt := range tests {
@@ -458,22 +519,23 @@ func TestArgs(t *testing.T) {
 func TestVerdictCacheFollowsNodeUpdates(t *testing.T) {
 	var c verdictCache
 	n := node("n", "open", "8")
-	if v, err := c.read(n); err != nil || v.HarvestableGPUs != 8 {
+	if v, _, err := c.read(n, 0); err != nil || v.HarvestableGPUs != 8 {
 		t.Fatalf("first read = %+v, %v", v, err)
 	}
 	// The informer delivers an update as a new object: the cache must not serve the old verdict.
 	updated := n.DeepCopy()
 	updated.Labels[api.LabelHarvest] = "draining"
 	updated.Annotations[api.AnnotationHarvestableGPUs] = "0"
-	if v, err := c.read(updated); err != nil || v.State != api.HarvestDraining {
-		t.Fatalf("read after update = %+v, %v; want draining", v, err)
+	// An update is no arrival: the node keeps the renewal count it arrived at.
+	if v, arrived, err := c.read(updated, 5); err != nil || v.State != api.HarvestDraining || arrived != 0 {
+		t.Fatalf("read after update = %+v, arrived %d, %v; want draining, arrived 0", v, arrived, err)
 	}
 	broken := updated.DeepCopy()
 	broken.Annotations[api.AnnotationHarvestableGPUs] = "many"
-	if _, err := c.read(broken); err == nil {
+	if _, _, err := c.read(broken, 0); err == nil {
 		t.Fatal("a malformed verdict read without error")
 	}
-	if _, err := c.read(broken); err == nil {
+	if _, _, err := c.read(broken, 0); err == nil {
 		t.Fatal("a cached malformed verdict lost its error")
 	}
 }
@@ -484,7 +546,7 @@ func TestVerdictCacheForgetsDeletedNodes(t *testing.T) {
 	var c verdictCache
 	a, b := node("a", "open", "4"), node("b", "open", "4")
 	for _, n := range []*v1.Node{a, b} {
-		if _, err := c.read(n); err != nil {
+		if _, _, err := c.read(n, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

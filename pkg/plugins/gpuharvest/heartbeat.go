@@ -34,11 +34,15 @@ type heartbeat struct {
 	lister  coordinationlisters.LeaseLister
 	synced  cache.InformerSynced
 
-	mu     sync.Mutex
-	seenAt time.Time // when this scheduler last saw the Lease renewed
+	mu       sync.Mutex
+	seenAt   time.Time // when this scheduler last saw the Lease renewed
+	renewals uint64    // renewals seen since this scheduler started
 }
 
-func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, timeout time.Duration, clk clock.PassiveClock, onFresh func()) (*heartbeat, error) {
+// startHeartbeat watches the Lease; onRenew, if set, runs after each renewal
+// seen, with the renewals counted so far and whether it made a stale
+// heartbeat fresh.
+func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseRef, timeout time.Duration, clk clock.PassiveClock, onRenew func(renewals uint64, becameFresh bool)) (*heartbeat, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ref.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -50,8 +54,11 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			o, ok1 := oldObj.(*coordinationv1.Lease)
 			n, ok2 := newObj.(*coordinationv1.Lease)
-			if ok1 && ok2 && hb.observe(o, n) && onFresh != nil {
-				onFresh()
+			if !ok1 || !ok2 {
+				return
+			}
+			if renewals, becameFresh := hb.observe(o, n); renewals > 0 && onRenew != nil {
+				onRenew(renewals, becameFresh)
 			}
 		},
 	}); err != nil {
@@ -61,18 +68,28 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 	return hb, nil
 }
 
-// observe records a change of the Lease seen now, and reports whether it
-// turned the heartbeat from stale to fresh.
-func (h *heartbeat) observe(old, cur *coordinationv1.Lease) bool {
+// observe records a change of the Lease seen now. For a renewal it returns
+// the renewals seen so far and whether it turned the heartbeat from stale to
+// fresh; for anything else, 0.
+func (h *heartbeat) observe(old, cur *coordinationv1.Lease) (uint64, bool) {
 	if !renewed(old, cur) {
-		return false
+		return 0, false
 	}
 	now := h.clock.Now()
 	wasStale := h.judge(old, now) != nil
 	h.mu.Lock()
 	h.seenAt = now
+	h.renewals++
+	renewals := h.renewals
 	h.mu.Unlock()
-	return wasStale && h.judge(cur, now) == nil
+	return renewals, wasStale && h.judge(cur, now) == nil
+}
+
+// renewalCount is how many renewals this scheduler has seen.
+func (h *heartbeat) renewalCount() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewals
 }
 
 // renewed: the holder or the renew time changed (a relist that delivers the

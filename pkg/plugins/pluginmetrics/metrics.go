@@ -16,6 +16,7 @@ const (
 	ReasonNotOpen        = "not_open"
 	ReasonBadVerdict     = "bad_verdict"
 	ReasonNotEnoughGPUs  = "not_enough_gpus"
+	ReasonNewNode        = "new_node"
 )
 
 var (
@@ -23,7 +24,7 @@ var (
 	// heartbeat (PreFilter), per pod and node otherwise.
 	FilterRejections = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "gleaner", Subsystem: "scheduler", Name: "harvest_rejections_total",
-		Help:           "Best-effort placements GPUHarvest rejected, by reason: heartbeat_stale (per pod), not_open, bad_verdict, not_enough_gpus (per pod and node).",
+		Help:           "Best-effort placements GPUHarvest rejected, by reason: heartbeat_stale (per pod), not_open, bad_verdict, not_enough_gpus, new_node (per pod and node).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	// HeartbeatFresh is 1 while the controller's Lease is fresh, else 0.
