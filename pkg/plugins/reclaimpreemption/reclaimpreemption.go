@@ -9,6 +9,8 @@ package reclaimpreemption
 import (
 	"context"
 	"fmt"
+	"sort"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -44,10 +47,12 @@ const ErrReasonBestEffort = "best-effort pods never preempt"
 // Args configures ReclaimPreemption.
 type Args struct {
 	pluginargs.BestEffort `json:",inline"`
-	// MinCandidateNodesPercentage and MinCandidateNodesAbsolute bound the nodes dry-run
-	// for preemption, as in DefaultPreemptionArgs. Defaults 10 and 100.
+	// MinCandidateNodesPercentage is the share of nodes dry-run for preemption,
+	// in percent, as in DefaultPreemptionArgs. Default 10.
 	MinCandidateNodesPercentage *int32 `json:"minCandidateNodesPercentage,omitempty"`
-	MinCandidateNodesAbsolute   *int32 `json:"minCandidateNodesAbsolute,omitempty"`
+	// MinCandidateNodesAbsolute is the least number of nodes dry-run for
+	// preemption, as in DefaultPreemptionArgs. Default 100.
+	MinCandidateNodesAbsolute *int32 `json:"minCandidateNodesAbsolute,omitempty"`
 	// MaxGraceSeconds caps the grace period of every victim (default 120, as
 	// gleaner-controller's --max-reclaim-grace): a victim asking for more is
 	// deleted again with this much, and a pod terminating past it no longer
@@ -96,6 +101,71 @@ type ReclaimPreemption struct {
 	gpu       v1.ResourceName
 	maxGrace  time.Duration
 	clock     clock.PassiveClock
+	leaving   terminatingPods
+}
+
+// terminatingPods indexes bound pods that are terminating, by node, from the
+// scheduler's pod informer, so PostFilter looks only at nodes that have some
+// instead of at every pod of every node.
+type terminatingPods struct {
+	mu     sync.Mutex
+	byNode map[string]map[types.UID]bool
+	synced cache.InformerSynced // the informer's first list has been indexed
+}
+
+func (t *terminatingPods) update(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p.DeletionTimestamp != nil && api.HoldsResources(p) {
+		if t.byNode == nil {
+			t.byNode = map[string]map[types.UID]bool{}
+		}
+		if t.byNode[p.Spec.NodeName] == nil {
+			t.byNode[p.Spec.NodeName] = map[types.UID]bool{}
+		}
+		t.byNode[p.Spec.NodeName][p.UID] = true
+		return
+	}
+	t.remove(p)
+}
+
+func (t *terminatingPods) delete(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if p, ok := obj.(*v1.Pod); ok {
+		t.mu.Lock()
+		t.remove(p)
+		t.mu.Unlock()
+	}
+}
+
+func (t *terminatingPods) remove(p *v1.Pod) {
+	if pods := t.byNode[p.Spec.NodeName]; pods != nil {
+		delete(pods, p.UID)
+		if len(pods) == 0 {
+			delete(t.byNode, p.Spec.NodeName)
+		}
+	}
+}
+
+// nodes lists the nodes with terminating pods, in a stable order.
+func (t *terminatingPods) nodes() []string {
+	t.mu.Lock()
+	out := make([]string, 0, len(t.byNode))
+	for n := range t.byNode {
+		out = append(out, n)
+	}
+	t.mu.Unlock()
+	sort.Strings(out)
+	return out
 }
 
 var (
@@ -138,6 +208,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// The Evaluator runs with this plugin as its Interface (SelectVictimsOnNode
 	// is overridden) and DefaultPreemption's executor, which evicts the victims.
 	pl.evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
+	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    pl.leaving.update,
+		UpdateFunc: func(_, obj interface{}) { pl.leaving.update(obj) },
+		DeleteFunc: pl.leaving.delete,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
+	}
+	pl.leaving.synced = reg.HasSynced
 	return pl, nil
 }
 
@@ -176,15 +255,16 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 // terminating past its capped grace period (reclaim.Returning) does not count:
 // waiting for it could take an hour, or forever. Only nodes that
 // rejected the pod for a resolvable reason and hold such pods are tried, with the
-// same filter run the Evaluator uses.
+// same filter run the Evaluator uses. Only nodes the informer saw pods
+// terminating on are looked at: with none, this costs nothing.
 func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) string {
-	nodes, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
-	if err != nil {
-		return ""
-	}
 	logger := klog.FromContext(ctx)
 	prio := corev1helpers.PodPriority(pod)
-	for _, ni := range nodes {
+	for _, name := range pl.leaving.nodes() {
+		ni, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(name)
+		if err != nil || ni.Node() == nil {
+			continue
+		}
 		var leaving []fwk.PodInfo
 		now := pl.clock.Now()
 		for _, pi := range ni.GetPods() {

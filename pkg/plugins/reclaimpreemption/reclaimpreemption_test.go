@@ -2,6 +2,7 @@ package reclaimpreemption
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -158,5 +161,42 @@ func TestArgs(t *testing.T) {
 				t.Fatalf("error = %v, want one naming %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// The index of terminating pods follows the informer: a pod enters when its
+// deletion starts on a node, and leaves when it is gone, finished, or its
+// tombstone arrives; nodes without terminating pods are not listed.
+func TestTerminatingPodsIndex(t *testing.T) {
+	var idx terminatingPods
+	pod := func(name, node string, deleting bool) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID(name)}, Spec: v1.PodSpec{NodeName: node}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+		}
+		return p
+	}
+	idx.update(pod("running", "n1", false))
+	idx.update(pod("pending", "", true))
+	if got := idx.nodes(); len(got) != 0 {
+		t.Fatalf("nodes = %v with nothing terminating", got)
+	}
+	a, b, c := pod("a", "n2", true), pod("b", "n1", true), pod("c", "n1", true)
+	for _, p := range []*v1.Pod{a, b, c} {
+		idx.update(p)
+	}
+	if got := idx.nodes(); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Fatalf("nodes = %v, want [n1 n2]", got)
+	}
+	idx.delete(a)
+	finished := b.DeepCopy()
+	finished.Status.Phase = v1.PodSucceeded
+	idx.update(finished)
+	if got := idx.nodes(); !slices.Equal(got, []string{"n1"}) {
+		t.Fatalf("nodes = %v after a and b left, want [n1]", got)
+	}
+	idx.delete(cache.DeletedFinalStateUnknown{Key: "ml/c", Obj: c})
+	if got := idx.nodes(); len(got) != 0 || len(idx.byNode) != 0 {
+		t.Fatalf("nodes = %v (index %v) after every pod left", got, idx.byNode)
 	}
 }
