@@ -12,12 +12,12 @@ LDFLAGS := -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 \
 	-X k8s.io/client-go/pkg/version.gitMinor=37
-# Unit tests: every package but the integration suite.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
+# Unit tests: every package but the integration suite and the scheduler_perf benchmark.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/perf)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build tools manifests bench-scheduler demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: all build tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -39,14 +39,28 @@ manifests:
 	$(GO) run ./hack/render manifests > dist/install.yaml
 	@echo "wrote dist/install.yaml"
 
-# Scheduler throughput and reclaim benchmark, gleaner-scheduler profile against
-# the default plugins on one in-process scheduler. The log lands in bench/.
-NODES ?= 500
-PODS ?= 1000
-bench-scheduler:
-	@mkdir -p bench
-	BENCH_NODES=$(NODES) BENCH_PODS=$(PODS) $(GO) test -count=1 -timeout 120m -run '^TestSchedulerThroughput$$' -v ./test/integration/ > bench/scheduler-$(NODES)n-$(PODS)p.log 2>&1; rc=$$?; \
-		grep -E '_test.go:[0-9]+:|^(reclaim|throughput) ' bench/scheduler-$(NODES)n-$(PODS)p.log; exit $$rc
+# docs/reference/: every controller flag and plugin arg, written from the code.
+# `make test-unit` fails when they are stale.
+docs:
+	UPDATE_REFERENCE=1 $(GO) test -count=1 -run '^TestReference$$' ./cmd/gleaner-controller ./pkg/scheduler
+
+# Kubernetes' own scheduler benchmark (scheduler_perf) with Gleaner's plugins:
+# every workload of test/perf/config through the shipped gleaner-scheduler
+# profile and through the default plugins, in one invocation. Prints one line
+# per workload; the data items and the log land in bench/perf/. PERF_LABELS
+# picks workloads by label ("performance"; "short" for a quick check).
+PERF_LABELS ?= performance
+bench-perf: tools
+	@mkdir -p bench/perf bin/perf-logs
+	$(GO) test -c -o $(BIN)/perf.test ./test/perf
+	rm -f bench/perf/BenchmarkPerfScheduling_*.json
+	cd test/perf && PATH="$(abspath $(TOOLS)):$$PATH" ARTIFACTS="$(abspath bin/perf-logs)" KUBE_CACHE_MUTATION_DETECTOR=false \
+		$(abspath $(BIN)/perf.test) -test.run='^$$' -test.bench=BenchmarkPerfScheduling -test.benchtime=1x -test.timeout=180m \
+		-perf-scheduling-label-filter=$(PERF_LABELS) -data-items-dir="$(abspath bench/perf)" -with-data-items-unique-id=false \
+		> "$(abspath bench/perf/run.log)" 2>&1; rc=$$?; \
+		grep -E '^(--- FAIL|FAIL|panic)' "$(abspath bench/perf/run.log)"; \
+		cd ../.. && { echo "# make bench-perf PERF_LABELS=$(PERF_LABELS) on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $$(free -g | awk '/^Mem/{print $$2}') GiB, $$($(GO) env GOVERSION), $$(date -u +%F)"; \
+		$(GO) run ./hack/perfreport bench/perf/BenchmarkPerfScheduling_*.json; } | tee bench/perf/report.txt; exit $$rc
 
 # A local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
