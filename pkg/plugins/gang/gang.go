@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -69,6 +68,7 @@ func (a *Args) Validate(path *field.Path) field.ErrorList {
 // Gang implements PreFilter, Permit and Reserve for pod groups.
 type Gang struct {
 	handle  fwk.Handle
+	pods    cache.Indexer // the scheduler's pods, indexed byGroup
 	groups  pglisters.PodGroupLister
 	timeout time.Duration
 	clock   clock.WithDelayedExecution
@@ -104,10 +104,30 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 }
 
 // newWithClient builds the plugin over a PodGroup client and a clock.
+// byGroup indexes the scheduler's pods by namespace/pod group, so a member's
+// cycle reads its group's pods instead of every pod of its namespace.
+const byGroup = "gleaner.dev/pod-group"
+
+func groupIndex(obj interface{}) ([]string, error) {
+	if p, ok := obj.(*v1.Pod); ok {
+		if name := groupOf(p); name != "" {
+			return []string{groupKey(p.Namespace, name)}, nil
+		}
+	}
+	return nil, nil
+}
+
 func newWithClient(ctx context.Context, args Args, h fwk.Handle, client pgclientset.Interface, clk clock.WithDelayedExecution) (*Gang, error) {
 	factory := pginformers.NewSharedInformerFactory(client, 0)
 	groups := factory.Scheduling().V1alpha1().PodGroups()
+	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	if _, ok := pods.GetIndexer().GetIndexers()[byGroup]; !ok {
+		if err := pods.AddIndexers(cache.Indexers{byGroup: groupIndex}); err != nil {
+			return nil, fmt.Errorf("%s: indexing pods by group: %w", Name, err)
+		}
+	}
 	g := &Gang{
+		pods:    pods.GetIndexer(),
 		handle:  h,
 		groups:  groups.Lister(),
 		timeout: time.Duration(*args.DefaultTimeoutSeconds) * time.Second,
@@ -143,9 +163,24 @@ func (g *Gang) activateGroup(namespace, name string) {
 	}
 }
 
+// members lists the group's pods.
+func (g *Gang) members(namespace, name string) ([]*v1.Pod, error) {
+	objs, err := g.pods.ByIndex(byGroup, groupKey(namespace, name))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // pendingMembers are the group's members not yet bound, except the pod with UID skip.
 func (g *Gang) pendingMembers(namespace, name string, skip types.UID) map[string]*v1.Pod {
-	members, err := g.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: name}))
+	members, err := g.members(namespace, name)
 	if err != nil {
 		return nil
 	}
@@ -177,7 +212,7 @@ func (g *Gang) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ [
 	if until, ok := g.backingOff(groupKey(pod.Namespace, name)); ok {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s until %s", ErrReasonBackingOff, until.Format(time.RFC3339)))
 	}
-	members, err := g.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: name}))
+	members, err := g.members(pod.Namespace, name)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -316,12 +351,10 @@ func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ s
 	klog.FromContext(ctx).V(2).Info("Pod group member failed; released the group", "pod", klog.KObj(pod), "group", name, "rejectedWaiting", rejected, "backoff", backoff)
 }
 
-// SignPod: members of a group are not batched, since Permit decides them
-// together; other pods carry no fragment from this plugin.
-func (g *Gang) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if groupOf(pod) != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "pod group members are placed together at Permit")
-	}
+// SignPod adds nothing to a pod's signature: Gang has no Filter or Score, and
+// its PreFilter and Permit run for every pod, batched or not, so members of a
+// group may reuse the node ranking of the pod before them like any other pod.
+func (g *Gang) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	return nil, nil
 }
 
