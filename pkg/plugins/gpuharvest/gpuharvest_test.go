@@ -552,7 +552,7 @@ func TestVerdictCacheForgetsDeletedNodes(t *testing.T) {
 	}
 	c.forget(a)
 	c.forget(cache.DeletedFinalStateUnknown{Key: "b", Obj: b})
-	if len(c.m) != 0 {
-		t.Fatalf("cache holds %d nodes after both were deleted", len(c.m))
+	if n := c.len(); n != 0 {
+		t.Fatalf("cache holds %d nodes after both were deleted", n)
 	}
 }

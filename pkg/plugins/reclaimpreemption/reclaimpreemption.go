@@ -356,11 +356,13 @@ func (pl *ReclaimPreemption) moreImportantVictim(a, b preemption.Victim) bool {
 	return preemption.MoreImportantVictim(a, b)
 }
 
+// lostWork runs for every comparison of the victims' sort: the GPUs come from
+// the PodInfo's request, which the framework computes once per pod.
 func (pl *ReclaimPreemption) lostWork(v preemption.Victim, now time.Time) float64 {
 	var total float64
 	for _, pi := range v.Pods() {
-		p := pi.GetPod()
-		total += reclaim.LostWork(p, api.PodGPUs(p, pl.gpu), now)
+		gpus := pi.CalculateResource().Resource.GetScalarResources()[pl.gpu]
+		total += reclaim.LostWork(pi.GetPod(), gpus, now)
 	}
 	return total
 }
