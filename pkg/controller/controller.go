@@ -539,12 +539,20 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 	for _, s := range d.Services {
 		ns, name, _ := strings.Cut(s.Key, "/")
 		forecastPeakLoad.WithLabelValues(ns, name).Set(s.Forecast.Peak)
+		serviceLoad.WithLabelValues(ns, name).Set(s.Need.Load)
+		serviceReplicas.WithLabelValues(ns, name, "current").Set(float64(s.Need.Current))
+		serviceReplicas.WithLabelValues(ns, name, "needed").Set(float64(s.Need.Needed))
+		serviceHeadroom.WithLabelValues(ns, name).Set(float64(int64(s.Need.Spare) * s.Need.GPUsPerReplica))
 		seen[s.Key] = true
 	}
 	for key := range c.services {
 		if !seen[key] {
 			ns, name, _ := strings.Cut(key, "/")
 			forecastPeakLoad.DeleteLabelValues(ns, name)
+			serviceLoad.DeleteLabelValues(ns, name)
+			serviceReplicas.DeleteLabelValues(ns, name, "current")
+			serviceReplicas.DeleteLabelValues(ns, name, "needed")
+			serviceHeadroom.DeleteLabelValues(ns, name)
 		}
 	}
 	c.services = seen

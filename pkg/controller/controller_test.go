@@ -23,6 +23,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gleaner-dev/gleaner/internal/testobj"
@@ -515,5 +518,50 @@ func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
 	}
 	if len(tc.c.harvestSeries) != 0 || len(tc.c.drainingSince) != 0 {
 		t.Fatalf("remembered after deletion: series %v, draining %v", tc.c.harvestSeries, tc.c.drainingSince)
+	}
+}
+
+// Each service's load, replicas and headroom are exported per round, and a
+// service that is gone takes its series with it.
+func TestSyncExportsPerServiceDemand(t *testing.T) {
+	tc := newTestCluster(t, Config{SyncPeriod: 5 * time.Second, Policy: round.Config{Margin: -1}})
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 60, 0, 4)}
+	if _, err := tc.sync(t, t0); err != nil {
+		t.Fatal(err)
+	}
+	value := func(vec *metrics.GaugeVec, labels ...string) float64 {
+		v, err := testutil.GetGaugeMetricValue(vec.WithLabelValues(labels...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	load, current, needed := value(serviceLoad, "serving", "chat"), value(serviceReplicas, "serving", "chat", "current"), value(serviceReplicas, "serving", "chat", "needed")
+	if load != 60 || current != 1 || needed < 4 {
+		t.Fatalf("load %g, replicas current %g needed %g; want 60, 1, at least 4 (60 requests at 16 each)", load, current, needed)
+	}
+	if h := value(serviceHeadroom, "serving", "chat"); h != (needed-current)*4 {
+		t.Fatalf("headroom %g GPUs, want (needed - current) x 4 = %g", h, (needed-current)*4)
+	}
+
+	// The service goes: its Deployment and pods are deleted.
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8))
+	tc.load.loads = nil
+	if _, err := tc.sync(t, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "service" && l.GetValue() == "chat" {
+					t.Errorf("%s still has a series for the deleted service", f.GetName())
+				}
+			}
+		}
 	}
 }

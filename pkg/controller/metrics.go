@@ -93,7 +93,7 @@ var (
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
 		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
-		forecastPeakLoad, profileWrites, autoscaleOps, invalidAnnotations}
+		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}
 )
 
 // RegisterMetrics adds the controller's and the vLLM informer's metrics to the

@@ -12,6 +12,21 @@ var (
 		Help:           "Peak load a service is expected to reach over the reclaim horizon, in its load metric (requests or KV-cache fraction summed over replicas).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace", "service"})
+	serviceLoad = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "demand_load",
+		Help:           "A service's load now, summed over its replicas with fresh metrics, in its load metric.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
+	serviceReplicas = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "demand_replicas",
+		Help:           "A service's replicas, by kind: current (its inference pods) and needed (what its forecast load needs over the horizon).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service", "kind"})
+	serviceHeadroom = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "demand_headroom_gpus",
+		Help:           "GPUs a service's spare replicas (needed minus current) take: the room kept free for it to scale into, as far as the pool holds it.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
 	profileWrites = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "gleaner", Name: "demand_profile_writes_total",
 		Help:           "Writes of learned demand profiles to Deployment annotations, by result: written, error.",
