@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -379,6 +380,77 @@ func TestFaults(t *testing.T) {
 				fault.name, pending.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
 			env.deleteNow(researchNS, "pinned")
 		}
+	})
+
+	t.Run("a controller killed mid-drain is replaced and the drain completes", func(t *testing.T) {
+		env := env.in(t)
+		bin := buildCommands(t, "gleaner-controller")
+		kubeconfig := filepath.Join(t.TempDir(), "controller.kubeconfig")
+		writeKubeconfig(t, env.cp.config, kubeconfig)
+		const killCap = 5 * time.Second
+		start := func(name string) *process {
+			return startProcess(t, name, filepath.Join(bin, "gleaner-controller"), "--kubeconfig="+kubeconfig,
+				"--secure-port=0", "--scrape-interval=1s", "--scrape-timeout=500ms", "--open-after=0s",
+				"--max-reclaim-grace="+killCap.String(), "--leader-elect-lease-duration=3s",
+				"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
+		}
+		holder := func() string {
+			l, err := env.client.CoordinationV1().Leases(api.SystemNamespace).Get(env.ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil {
+				return ""
+			}
+			return *l.Spec.HolderIdentity
+		}
+		env.stopController()
+		before := holder()
+		first := start("gleaner-controller-0")
+		waitFor(t, "the first process to renew the heartbeat", 30*time.Second, func() bool { h := holder(); return h != "" && h != before })
+		killed := holder()
+
+		slow := bestEffortPod("slow", 4)
+		hour := int64(3600)
+		slow.Spec.TerminationGracePeriodSeconds = &hour
+		slow.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(slow)
+		env.waitBound(researchNS, "slow", 20*time.Second)
+		fillLent(env, "gpu-b", "fill-b")
+		evictedBefore := env.kubelet.deleted()
+
+		// Demand rises; as soon as the eviction is asked for, the controller is
+		// killed: no release of its Leases, no last write.
+		rise := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "slow", reclaim.ReasonReclaimed, "grace period of 5s", 15*time.Second)
+		if err := first.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-first.done
+		killedAt := time.Now()
+		second := start("gleaner-controller-1")
+		t.Cleanup(func() { second.stop(t) })
+
+		// Inference gets its GPUs within the budget, controller or not: the
+		// eviction already carries the capped grace.
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took, budget := time.Since(rise), scrapeInterval+killCap+5*time.Second
+		// The replacement takes over once the killed one's Lease expires, and
+		// plans again: the heartbeat is its own.
+		waitFor(t, "the replacement to renew the heartbeat", 30*time.Second, func() bool { h := holder(); return h != "" && h != killed })
+		takeover := time.Since(killedAt)
+		// Nothing else was evicted: the replacement counted the pod already
+		// terminating as returning its GPUs.
+		for key := range env.kubelet.deleted() {
+			if _, ok := evictedBefore[key]; !ok && key != researchNS+"/slow" {
+				t.Errorf("%s was deleted too; only slow had to go", key)
+			}
+		}
+		t.Logf("fault: controller SIGKILLed mid-drain: inference waited %v (budget %v), the replacement renewed the heartbeat %v after the kill, 1 pod evicted", took.Round(time.Millisecond), budget, takeover.Round(time.Millisecond))
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		quiet(env)
+		second.stop(t)
+		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 	})
 
 	t.Run("clocks skewed by five minutes either way change nothing", func(t *testing.T) {

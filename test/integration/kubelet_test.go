@@ -27,7 +27,7 @@ type standInKubelet struct {
 	mu     sync.Mutex
 	// graceSeen records the deletion grace period each pod was deleted with.
 	graceSeen map[string]int64
-	pending   map[string]bool
+	pending   map[string]bool // by UID: deletions being played out
 }
 
 func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
@@ -55,11 +55,12 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		k.mu.Lock()
-		if k.pending[key] {
+		// By UID: a pod re-created under the same name is another pod.
+		if k.pending[string(pod.UID)] {
 			k.mu.Unlock()
 			return
 		}
-		k.pending[key] = true
+		k.pending[string(pod.UID)] = true
 		var grace int64
 		if pod.DeletionGracePeriodSeconds != nil {
 			grace = *pod.DeletionGracePeriodSeconds
