@@ -2,7 +2,8 @@
 // (BenchmarkPerfScheduling_benchmark_*.json, see test/perf) and prints one
 // line per workload: the Gleaner profile against the default plugins for the
 // same pods, and gangs against the same pods without groups. Each line names
-// the goal it is judged by and whether it was met.
+// the goal it is judged by and whether it was met. Given several files (runs),
+// each figure is its median over them.
 package main
 
 import (
@@ -20,21 +21,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: perfreport BenchmarkPerfScheduling_benchmark_*.json ...")
 		os.Exit(2)
 	}
-	runs := map[string]*run{}
+	var all []map[string]*run
 	for _, path := range os.Args[1:] {
 		f, err := os.Open(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		runs := map[string]*run{}
 		err = read(f, runs)
 		f.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
 			os.Exit(1)
 		}
+		all = append(all, runs)
 	}
-	lines := report(runs)
+	lines := report(median(all))
 	if len(lines) == 0 {
 		fmt.Fprintln(os.Stderr, "perfreport: no pair of workloads to compare in", strings.Join(os.Args[1:], " "))
 		os.Exit(1)
@@ -130,6 +133,39 @@ func report(runs map[string]*run) []string {
 		}
 	}
 	return lines
+}
+
+// median merges several invocations (one data-items file each, e.g. from
+// -test.count=3) into one run per workload: each figure is the median of its
+// values across the files that measured the workload.
+func median(all []map[string]*run) map[string]*run {
+	values := map[string][]run{}
+	for _, runs := range all {
+		for k, r := range runs {
+			values[k] = append(values[k], *r)
+		}
+	}
+	out := map[string]*run{}
+	for k, rs := range values {
+		mid := func(get func(run) float64) float64 {
+			xs := make([]float64, len(rs))
+			for i, r := range rs {
+				xs[i] = get(r)
+			}
+			sort.Float64s(xs)
+			if n := len(xs); n%2 == 0 {
+				return (xs[n/2-1] + xs[n/2]) / 2
+			}
+			return xs[len(xs)/2]
+		}
+		out[k] = &run{
+			throughput:    mid(func(r run) float64 { return r.throughput }),
+			duration:      mid(func(r run) float64 { return r.duration }),
+			attemptP99:    mid(func(r run) float64 { return r.attemptP99 }),
+			postFilterP99: mid(func(r run) float64 { return r.postFilterP99 }),
+		}
+	}
+	return out
 }
 
 func ratio(a, b float64) float64 {

@@ -44,3 +44,20 @@ func TestReportPairsWorkloads(t *testing.T) {
 		t.Errorf("report has lines without a pair:\n%s", got)
 	}
 }
+
+// Several runs of a workload count by their median, per figure.
+func TestMedianOfRuns(t *testing.T) {
+	runs := func(xs ...float64) []map[string]*run {
+		var out []map[string]*run
+		for _, x := range xs {
+			out = append(out, map[string]*run{"W/1": {throughput: x, duration: 100 - x}})
+		}
+		return out
+	}
+	if got := median(runs(120, 90, 150))["W/1"]; got.throughput != 120 || got.duration != -20 {
+		t.Fatalf("median of three = %+v, want throughput 120, duration -20", got)
+	}
+	if got := median(runs(120, 90))["W/1"]; got.throughput != 105 {
+		t.Fatalf("median of two = %+v, want 105", got)
+	}
+}
