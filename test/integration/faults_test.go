@@ -86,14 +86,7 @@ func TestFaults(t *testing.T) {
 
 	t.Run("a tenant's hour-long grace period is capped", func(t *testing.T) {
 		env := env.in(t)
-		slow := bestEffortPod("slow", 4)
-		hour := int64(3600)
-		slow.Spec.TerminationGracePeriodSeconds = &hour
-		slow.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-		env.create(slow)
-		env.waitBound(researchNS, "slow", 20*time.Second)
-		// gpu-b lends all it has, so the room chat needs must come from gpu-a.
-		fillLent(env, "gpu-b", "fill-b")
+		lendSlowPodOnGPUA(env)
 
 		start := time.Now()
 		chat0.set(vllmServing, 16, 5, 0.9) // waiting requests: one more replica
@@ -407,13 +400,7 @@ func TestFaults(t *testing.T) {
 		waitFor(t, "the first process to renew the heartbeat", 30*time.Second, func() bool { h := holder(); return h != "" && h != before })
 		killed := holder()
 
-		slow := bestEffortPod("slow", 4)
-		hour := int64(3600)
-		slow.Spec.TerminationGracePeriodSeconds = &hour
-		slow.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-		env.create(slow)
-		env.waitBound(researchNS, "slow", 20*time.Second)
-		fillLent(env, "gpu-b", "fill-b")
+		lendSlowPodOnGPUA(env)
 		evictedBefore := env.kubelet.deleted()
 
 		// Demand rises; as soon as the eviction is asked for, the controller is
@@ -473,6 +460,20 @@ func TestFaults(t *testing.T) {
 			env.deleteNow(researchNS, name)
 		}
 	})
+}
+
+// lendSlowPodOnGPUA places best-effort pod "slow" (4 GPUs, a grace period of
+// an hour) on gpu-a and fills gpu-b with lent pods, so the room chat needs next
+// must come from slow.
+func lendSlowPodOnGPUA(env *harvestEnv) {
+	env.t.Helper()
+	slow := bestEffortPod("slow", 4)
+	hour := int64(3600)
+	slow.Spec.TerminationGracePeriodSeconds = &hour
+	slow.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	env.create(slow)
+	env.waitBound(researchNS, "slow", 20*time.Second)
+	fillLent(env, "gpu-b", "fill-b")
 }
 
 // nodePatchFault is what faultyNodePatches does to a PATCH of a Node.
