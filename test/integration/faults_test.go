@@ -440,10 +440,10 @@ func TestFaults(t *testing.T) {
 		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 	})
 
-	t.Run("clocks skewed by five minutes either way change nothing", func(t *testing.T) {
+	t.Run("clocks skewed by 30 seconds or five minutes either way change nothing", func(t *testing.T) {
 		env := env.in(t)
-		for _, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
-			name := "skew-" + map[bool]string{true: "ahead", false: "behind"}[skew > 0]
+		for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 5 * time.Minute, -5 * time.Minute} {
+			name := "skew-" + map[bool]string{true: "ahead-", false: "behind-"}[skew > 0] + strconv.Itoa(int(skew.Abs().Seconds()))
 			env.stopController()
 			env.startControllerWith(func(c *controller.Config) {
 				c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, 3*time.Second, name
