@@ -21,23 +21,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: perfreport BenchmarkPerfScheduling_benchmark_*.json ...")
 		os.Exit(2)
 	}
-	var all []map[string]*run
+	samples := map[string]*figures{}
 	for _, path := range os.Args[1:] {
 		f, err := os.Open(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		runs := map[string]*run{}
-		err = read(f, runs)
+		err = read(f, samples)
 		f.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
 			os.Exit(1)
 		}
-		all = append(all, runs)
 	}
-	lines := report(median(all))
+	lines := report(medians(samples))
 	if len(lines) == 0 {
 		fmt.Fprintln(os.Stderr, "perfreport: no pair of workloads to compare in", strings.Join(os.Args[1:], " "))
 		os.Exit(1)
@@ -64,7 +62,14 @@ type dataItem struct {
 // nameRE takes "BenchmarkPerfScheduling/<case>/<workload>/<namespace>" apart.
 var nameRE = regexp.MustCompile(`^BenchmarkPerfScheduling/([^/]+)/([^/]+)(/.*)?$`)
 
-func read(r io.Reader, runs map[string]*run) error {
+// figures are every value a workload's data items gave, one per run: a
+// workload run several times (-test.count, or several files) appears once per
+// run.
+type figures struct {
+	throughput, duration, attemptP99, postFilterP99 []float64
+}
+
+func read(r io.Reader, samples map[string]*figures) error {
 	var doc struct {
 		DataItems []dataItem `json:"dataItems"`
 	}
@@ -77,23 +82,44 @@ func read(r io.Reader, runs map[string]*run) error {
 			continue
 		}
 		key := m[1] + "/" + m[2]
-		rn := runs[key]
-		if rn == nil {
-			rn = &run{}
-			runs[key] = rn
+		f := samples[key]
+		if f == nil {
+			f = &figures{}
+			samples[key] = f
 		}
 		switch metric := it.Labels["Metric"]; {
 		case metric == "SchedulingThroughput":
-			rn.throughput = it.Data["Average"]
+			f.throughput = append(f.throughput, it.Data["Average"])
 		case metric == "SchedulingDuration":
-			rn.duration = it.Data["Duration"]
+			f.duration = append(f.duration, it.Data["Duration"])
 		case metric == "scheduler_scheduling_attempt_duration_seconds" && it.Labels["result"] == "scheduled":
-			rn.attemptP99 = it.Data["Perc99"]
+			f.attemptP99 = append(f.attemptP99, it.Data["Perc99"])
 		case metric == "scheduler_framework_extension_point_duration_seconds" && it.Labels["extension_point"] == "PostFilter":
-			rn.postFilterP99 = it.Data["Perc99"]
+			f.postFilterP99 = append(f.postFilterP99, it.Data["Perc99"])
 		}
 	}
 	return nil
+}
+
+// medians is one run per workload, each figure the median of its runs (0
+// when no run measured it).
+func medians(samples map[string]*figures) map[string]*run {
+	mid := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		xs = append([]float64(nil), xs...)
+		sort.Float64s(xs)
+		if n := len(xs); n%2 == 0 {
+			return (xs[n/2-1] + xs[n/2]) / 2
+		}
+		return xs[len(xs)/2]
+	}
+	out := map[string]*run{}
+	for k, f := range samples {
+		out[k] = &run{throughput: mid(f.throughput), duration: mid(f.duration), attemptP99: mid(f.attemptP99), postFilterP99: mid(f.postFilterP99)}
+	}
+	return out
 }
 
 // report pairs X_gleaner/W with X_default/W, and Gang_gleaner/N_kPerGroup with
@@ -118,6 +144,11 @@ func report(runs map[string]*run) []string {
 					name, r, g.duration, d.duration, g.postFilterP99, d.postFilterP99, met(r <= 1.0 && g.postFilterP99 < 100)))
 				continue
 			}
+			if g.throughput == 0 || d.throughput == 0 {
+				lines = append(lines, fmt.Sprintf("%s gleaner/default: no throughput samples (the workload ends within a second); p99 attempt latency gleaner %.1f ms, default %.1f ms",
+					name, g.attemptP99, d.attemptP99))
+				continue
+			}
 			r := ratio(g.throughput, d.throughput)
 			lines = append(lines, fmt.Sprintf("%s gleaner/default = %.2f (gleaner %.1f pods/s, default %.1f pods/s; p99 attempt latency gleaner %.1f ms, default %.1f ms) goal >= 0.95: %s",
 				name, r, g.throughput, d.throughput, g.attemptP99, d.attemptP99, met(r >= 0.95)))
@@ -133,39 +164,6 @@ func report(runs map[string]*run) []string {
 		}
 	}
 	return lines
-}
-
-// median merges several invocations (one data-items file each, e.g. from
-// -test.count=3) into one run per workload: each figure is the median of its
-// values across the files that measured the workload.
-func median(all []map[string]*run) map[string]*run {
-	values := map[string][]run{}
-	for _, runs := range all {
-		for k, r := range runs {
-			values[k] = append(values[k], *r)
-		}
-	}
-	out := map[string]*run{}
-	for k, rs := range values {
-		mid := func(get func(run) float64) float64 {
-			xs := make([]float64, len(rs))
-			for i, r := range rs {
-				xs[i] = get(r)
-			}
-			sort.Float64s(xs)
-			if n := len(xs); n%2 == 0 {
-				return (xs[n/2-1] + xs[n/2]) / 2
-			}
-			return xs[len(xs)/2]
-		}
-		out[k] = &run{
-			throughput:    mid(func(r run) float64 { return r.throughput }),
-			duration:      mid(func(r run) float64 { return r.duration }),
-			attemptP99:    mid(func(r run) float64 { return r.attemptP99 }),
-			postFilterP99: mid(func(r run) float64 { return r.postFilterP99 }),
-		}
-	}
-	return out
 }
 
 func ratio(a, b float64) float64 {

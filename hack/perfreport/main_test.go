@@ -24,11 +24,11 @@ func TestReportPairsWorkloads(t *testing.T) {
 		item("Gang_gleaner/500Nodes_8PerGroup", "SchedulingThroughput", "", `{"Average":85}`),
 		item("Lonely_gleaner/500Nodes", "SchedulingThroughput", "", `{"Average":1}`),
 	}, ",") + `]}`
-	runs := map[string]*run{}
-	if err := read(strings.NewReader(doc), runs); err != nil {
+	samples := map[string]*figures{}
+	if err := read(strings.NewReader(doc), samples); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(report(runs), "\n")
+	got := strings.Join(report(medians(samples)), "\n")
 	for _, want := range []string{
 		"BestEffort1GPU/500Nodes gleaner/default = 0.95 (gleaner 190.0 pods/s, default 200.0 pods/s; p99 attempt latency gleaner 12.5 ms, default 0.0 ms) goal >= 0.95: met",
 		"Reclaim/500Nodes time gleaner/default = 1.10 (gleaner 11.00 s, default 10.00 s; p99 PostFilter gleaner 40.0 ms, default 0.0 ms) goal <= 1.00 and PostFilter p99 < 100 ms: NOT met",
@@ -45,19 +45,28 @@ func TestReportPairsWorkloads(t *testing.T) {
 	}
 }
 
-// Several runs of a workload count by their median, per figure.
+// A workload run several times (items repeated in one file, or several files)
+// counts by the median of each figure; one that ended within a second has no
+// throughput and says so instead of a ratio of 0.
 func TestMedianOfRuns(t *testing.T) {
-	runs := func(xs ...float64) []map[string]*run {
-		var out []map[string]*run
-		for _, x := range xs {
-			out = append(out, map[string]*run{"W/1": {throughput: x, duration: 100 - x}})
+	item := func(name, throughput string) string {
+		return `{"data":{"Average":` + throughput + `},"unit":"pods/s","labels":{"Name":"BenchmarkPerfScheduling/` + name + `/namespace-2","Metric":"SchedulingThroughput"}}`
+	}
+	samples := map[string]*figures{}
+	for _, doc := range []string{
+		`{"dataItems":[` + item("X_gleaner/W", "120") + `,` + item("X_gleaner/W", "90") + `,` + item("X_default/W", "100") + `]}`,
+		`{"dataItems":[` + item("X_gleaner/W", "150") + `,` + item("X_default/W", "140") + `]}`,
+	} {
+		if err := read(strings.NewReader(doc), samples); err != nil {
+			t.Fatal(err)
 		}
-		return out
 	}
-	if got := median(runs(120, 90, 150))["W/1"]; got.throughput != 120 || got.duration != -20 {
-		t.Fatalf("median of three = %+v, want throughput 120, duration -20", got)
+	runs := medians(samples)
+	if g, d := runs["X_gleaner/W"].throughput, runs["X_default/W"].throughput; g != 120 || d != 120 {
+		t.Fatalf("medians gleaner %g, default %g; want 120 (of 90, 120, 150) and 120 (of 100, 140)", g, d)
 	}
-	if got := median(runs(120, 90))["W/1"]; got.throughput != 105 {
-		t.Fatalf("median of two = %+v, want 105", got)
+	short := map[string]*run{"Y_gleaner/W": {attemptP99: 3}, "Y_default/W": {attemptP99: 4}}
+	if got := report(short); len(got) != 1 || !strings.Contains(got[0], "no throughput samples") {
+		t.Fatalf("a workload without throughput samples reads %q", got)
 	}
 }
