@@ -119,64 +119,61 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	kubeconfig, poolSelector, inferenceNamespaceSelector := f.kubeconfig, f.poolSelector, f.inferenceNamespaceSelector
-	windows, windowZone, threshold, gpuResource := f.windows, f.windowZone, f.threshold, f.gpuResource
-	cfg, le, serving, leaderElect := &f.cfg, &f.le, f.serving, f.leaderElect
 	if f.showVersion {
 		fmt.Println(version.String())
 		return nil
 	}
-	sel, err := labels.Parse(poolSelector)
+	sel, err := labels.Parse(f.poolSelector)
 	if err != nil {
-		return fmt.Errorf("--pool-selector %q: %w", poolSelector, err)
+		return fmt.Errorf("--pool-selector %q: %w", f.poolSelector, err)
 	}
-	cfg.PoolSelector = sel
-	if cfg.InferenceNamespaceSelector, err = labels.Parse(inferenceNamespaceSelector); err != nil {
-		return fmt.Errorf("--inference-namespace-selector %q: %w", inferenceNamespaceSelector, err)
+	f.cfg.PoolSelector = sel
+	if f.cfg.InferenceNamespaceSelector, err = labels.Parse(f.inferenceNamespaceSelector); err != nil {
+		return fmt.Errorf("--inference-namespace-selector %q: %w", f.inferenceNamespaceSelector, err)
 	}
-	if cfg.InferenceNamespaceSelector.Empty() && len(cfg.Metrics.Namespaces) == 0 {
+	if f.cfg.InferenceNamespaceSelector.Empty() && len(f.cfg.Metrics.Namespaces) == 0 {
 		return fmt.Errorf("--inference-namespace-selector is empty and --inference-namespaces lists none: every namespace, tenants' included, would count as inference")
 	}
-	if cfg.Policy.Windows, err = harvest.ParseWindows(windows, windowZone); err != nil {
-		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", windows, windowZone, err)
+	if f.cfg.Policy.Windows, err = harvest.ParseWindows(f.windows, f.windowZone); err != nil {
+		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", f.windows, f.windowZone, err)
 	}
-	if cfg.TargetKVCache <= 0 || cfg.TargetKVCache > 1 {
-		return fmt.Errorf("--target-kv-cache %g: must be in (0, 1]", cfg.TargetKVCache)
+	if f.cfg.TargetKVCache <= 0 || f.cfg.TargetKVCache > 1 {
+		return fmt.Errorf("--target-kv-cache %g: must be in (0, 1]", f.cfg.TargetKVCache)
 	}
-	if cfg.TargetLoad <= 0 {
-		return fmt.Errorf("--target-load %g: must be greater than 0", cfg.TargetLoad)
+	if f.cfg.TargetLoad <= 0 {
+		return fmt.Errorf("--target-load %g: must be greater than 0", f.cfg.TargetLoad)
 	}
-	if cfg.Policy.OpenAfter < 0 {
-		return fmt.Errorf("--open-after %v: must not be negative", cfg.Policy.OpenAfter)
+	if f.cfg.Policy.OpenAfter < 0 {
+		return fmt.Errorf("--open-after %v: must not be negative", f.cfg.Policy.OpenAfter)
 	}
-	if cfg.Policy.OpenAfterBackoff < 1 {
-		return fmt.Errorf("--open-after-backoff %d: must be at least 1 (1 switches damping off)", cfg.Policy.OpenAfterBackoff)
+	if f.cfg.Policy.OpenAfterBackoff < 1 {
+		return fmt.Errorf("--open-after-backoff %d: must be at least 1 (1 switches damping off)", f.cfg.Policy.OpenAfterBackoff)
 	}
-	if cfg.Policy.ReclaimLead <= 0 {
-		return fmt.Errorf("--reclaim-lead %v: must be positive", cfg.Policy.ReclaimLead)
+	if f.cfg.Policy.ReclaimLead <= 0 {
+		return fmt.Errorf("--reclaim-lead %v: must be positive", f.cfg.Policy.ReclaimLead)
 	}
-	if err := validateMetricsFlags(cfg.Metrics); err != nil {
+	if err := validateMetricsFlags(f.cfg.Metrics); err != nil {
 		return err
 	}
-	if err := serving.Validate(); err != nil {
+	if err := f.serving.Validate(); err != nil {
 		return err
 	}
-	if cfg.PDBWait < 0 {
-		return fmt.Errorf("--pdb-wait %v: must not be negative", cfg.PDBWait)
+	if f.cfg.PDBWait < 0 {
+		return fmt.Errorf("--pdb-wait %v: must not be negative", f.cfg.PDBWait)
 	}
-	if cfg.StartupDeadline <= 0 {
-		return fmt.Errorf("--inference-startup-deadline %v: must be positive", cfg.StartupDeadline)
+	if f.cfg.StartupDeadline <= 0 {
+		return fmt.Errorf("--inference-startup-deadline %v: must be positive", f.cfg.StartupDeadline)
 	}
-	if cfg.MaxReclaimGrace <= 0 {
-		return fmt.Errorf("--max-reclaim-grace %v: must be positive", cfg.MaxReclaimGrace)
+	if f.cfg.MaxReclaimGrace <= 0 {
+		return fmt.Errorf("--max-reclaim-grace %v: must be positive", f.cfg.MaxReclaimGrace)
 	}
-	if cfg.SyncPeriod < 0 {
-		return fmt.Errorf("--sync-period %v: must not be negative", cfg.SyncPeriod)
+	if f.cfg.SyncPeriod < 0 {
+		return fmt.Errorf("--sync-period %v: must not be negative", f.cfg.SyncPeriod)
 	}
-	cfg.BestEffortPriorityThreshold = &threshold
-	cfg.GPUResource = v1.ResourceName(gpuResource)
+	f.cfg.BestEffortPriorityThreshold = &f.threshold
+	f.cfg.GPUResource = v1.ResourceName(f.gpuResource)
 
-	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	restCfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
@@ -190,26 +187,26 @@ func run(args []string) error {
 	controller.RegisterMetrics()
 	// Everything is checked before campaigning: a controller that cannot plan
 	// must not hold the Lease while the scheduler waits on it.
-	c, err := controller.New(client, *cfg)
+	c, err := controller.New(client, f.cfg)
 	if err != nil {
 		return err
 	}
 	var health []controller.HealthCheck
-	if leaderElect {
-		le.WatchDog = leaderelection.NewLeaderHealthzAdaptor(le.RenewDeadline)
-		health = append(health, func() error { return le.WatchDog.Check(nil) })
+	if f.leaderElect {
+		f.le.WatchDog = leaderelection.NewLeaderHealthzAdaptor(f.le.RenewDeadline)
+		health = append(health, func() error { return f.le.WatchDog.Check(nil) })
 	}
-	addr, err := serving.Serve(ctx, kubeconfig, health, []controller.HealthCheck{c.Planning})
+	addr, err := f.serving.Serve(ctx, f.kubeconfig, health, []controller.HealthCheck{c.Planning})
 	if err != nil {
 		return err
 	}
 	if addr != nil {
 		klog.InfoS("Serving health and metrics over HTTPS", "address", addr.String())
 	}
-	if !leaderElect {
+	if !f.leaderElect {
 		return c.Run(ctx)
 	}
-	return controller.RunLeaderElected(ctx, client, *le, c.Run)
+	return controller.RunLeaderElected(ctx, client, f.le, c.Run)
 }
 
 // validateMetricsFlags checks the vLLM informer's flags one by one, so that a

@@ -387,18 +387,11 @@ func TestFaults(t *testing.T) {
 				"--max-reclaim-grace="+killCap.String(), "--leader-elect-lease-duration=3s",
 				"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
 		}
-		holder := func() string {
-			l, err := env.client.CoordinationV1().Leases(api.SystemNamespace).Get(env.ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil {
-				return ""
-			}
-			return *l.Spec.HolderIdentity
-		}
 		env.stopController()
-		before := holder()
+		before := env.heartbeatHolder()
 		first := start("gleaner-controller-0")
-		waitFor(t, "the first process to renew the heartbeat", 30*time.Second, func() bool { h := holder(); return h != "" && h != before })
-		killed := holder()
+		waitFor(t, "the first process to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != before })
+		killed := env.heartbeatHolder()
 
 		lendSlowPodOnGPUA(env)
 		evictedBefore := env.kubelet.deleted()
@@ -422,7 +415,7 @@ func TestFaults(t *testing.T) {
 		took, budget := time.Since(rise), scrapeInterval+killCap+5*time.Second
 		// The replacement takes over once the killed one's Lease expires, and
 		// plans again: the heartbeat is its own.
-		waitFor(t, "the replacement to renew the heartbeat", 30*time.Second, func() bool { h := holder(); return h != "" && h != killed })
+		waitFor(t, "the replacement to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != killed })
 		takeover := time.Since(killedAt)
 		// Nothing else was evicted: the replacement counted the pod already
 		// terminating as returning its GPUs.
@@ -537,19 +530,20 @@ func (e *harvestEnv) setNodeStatus(name string, change func(*v1.NodeStatus)) {
 	}
 }
 
+// heartbeatHolder is the holder of the heartbeat Lease ("" when none).
+func (e *harvestEnv) heartbeatHolder() string {
+	l, err := e.client.CoordinationV1().Leases(api.SystemNamespace).Get(e.ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
 // waitHeartbeatHolder waits until the controller named holder has renewed the
 // heartbeat: from then on, the heartbeat is its own.
 func (e *harvestEnv) waitHeartbeatHolder(holder string) {
 	e.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		l, err := e.client.CoordinationV1().Leases(api.SystemNamespace).Get(e.ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("controller %s never renewed the heartbeat", holder)
-		}
-	}
+	waitFor(e.t, "controller "+holder+" to renew the heartbeat", 30*time.Second, func() bool { return e.heartbeatHolder() == holder })
 }
 
 // waitFor polls cond until it holds or timeout passes.

@@ -342,12 +342,7 @@ func checkMetricsAuthorized(t *testing.T, cp *controlPlane, url string, want ...
 		if _, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		tr, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).CreateToken(ctx, sa,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
+		return serviceAccountToken(t, cp, sa)
 	}
 	reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
 		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
@@ -484,16 +479,22 @@ func writeMountedConfig(t *testing.T, objs []*unstructured.Unstructured, d *apps
 // component's ServiceAccount, so the process runs with exactly its RBAC.
 func serviceAccountKubeconfig(t *testing.T, cp *controlPlane, sa string) string {
 	t.Helper()
+	cfg := &rest.Config{Host: cp.config.Host, BearerToken: serviceAccountToken(t, cp, sa)}
+	cfg.TLSClientConfig = rest.TLSClientConfig{CAData: cp.config.TLSClientConfig.CAData, CAFile: cp.config.TLSClientConfig.CAFile, ServerName: cp.config.TLSClientConfig.ServerName}
+	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
+	writeKubeconfig(t, cfg, path)
+	return path
+}
+
+// serviceAccountToken is an hour-long token of ServiceAccount sa in gleaner-system.
+func serviceAccountToken(t *testing.T, cp *controlPlane, sa string) string {
+	t.Helper()
 	tr, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).CreateToken(context.Background(), sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for %s: %v", sa, err)
 	}
-	cfg := &rest.Config{Host: cp.config.Host, BearerToken: tr.Status.Token}
-	cfg.TLSClientConfig = rest.TLSClientConfig{CAData: cp.config.TLSClientConfig.CAData, CAFile: cp.config.TLSClientConfig.CAFile, ServerName: cp.config.TLSClientConfig.ServerName}
-	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
-	writeKubeconfig(t, cfg, path)
-	return path
+	return tr.Status.Token
 }
 
 func freePort(t *testing.T) int {

@@ -92,7 +92,8 @@ func actAsController(tCtx ktesting.TContext) error {
 			}
 			lease, err := leases.Get(tCtx, api.HeartbeatLeaseName, metav1.GetOptions{})
 			if err == nil {
-				lease.Spec.RenewTime = testobj.Lease("", time.Now(), 0).Spec.RenewTime
+				now := metav1.NewMicroTime(time.Now())
+				lease.Spec.RenewTime = &now
 				_, err = leases.Update(tCtx, lease, metav1.UpdateOptions{})
 			}
 			if err != nil && tCtx.Err() == nil {

@@ -103,7 +103,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return newWithClient(ctx, args, h, client, clock.RealClock{})
 }
 
-// newWithClient builds the plugin over a PodGroup client and a clock.
 // byGroup indexes the scheduler's pods by namespace/pod group, so a member's
 // cycle reads its group's pods instead of every pod of its namespace.
 const byGroup = "gleaner.dev/pod-group"
@@ -117,6 +116,7 @@ func groupIndex(obj interface{}) ([]string, error) {
 	return nil, nil
 }
 
+// newWithClient builds the plugin over a PodGroup client and a clock.
 func newWithClient(ctx context.Context, args Args, h fwk.Handle, client pgclientset.Interface, clk clock.WithDelayedExecution) (*Gang, error) {
 	factory := pginformers.NewSharedInformerFactory(client, 0)
 	groups := factory.Scheduling().V1alpha1().PodGroups()

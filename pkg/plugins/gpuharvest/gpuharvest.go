@@ -330,9 +330,10 @@ func (pl *GPUHarvest) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragmen
 	}, nil
 }
 
-// EventsToRegister: a rejected best-effort pod can fit after a node opens (or turns Ready) or gains
-// harvestable GPUs, or after a lent pod leaves. A stale heartbeat turning fresh is
-// not a cluster event; onLeaseChange re-activates pods for it.
+// EventsToRegister: a rejected best-effort pod can fit after a node opens (or
+// turns Ready) or gains harvestable GPUs, or after a lent pod leaves. A stale
+// heartbeat turning fresh, and a new node becoming trusted, are not cluster
+// events; onRenew re-activates pods for them.
 func (pl *GPUHarvest) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeCondition}, QueueingHintFn: pl.isSchedulableAfterNodeChange},

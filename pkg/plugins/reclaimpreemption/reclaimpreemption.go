@@ -113,10 +113,8 @@ type terminatingPods struct {
 	synced cache.InformerSynced // the informer's first list has been indexed
 }
 
+// update indexes a pod added or changed (tombstones go to delete).
 func (t *terminatingPods) update(obj interface{}) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
 	p, ok := obj.(*v1.Pod)
 	if !ok || p.Spec.NodeName == "" {
 		return
