@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -136,7 +135,6 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 	pl.clock = clocktesting.NewFakePassiveClock(now) // lost work as of the pods' fixed times
 	informerFactory.Start(ctx.Done())
 	informerFactory.WaitForCacheSync(ctx.Done())
-	cache.WaitForCacheSync(ctx.Done(), pl.leaving.synced)
 
 	// The scheduling cycle up to PostFilter: PreFilter, then Filter on every node.
 	state := framework.NewCycleState()

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -101,67 +100,26 @@ type ReclaimPreemption struct {
 	gpu       v1.ResourceName
 	maxGrace  time.Duration
 	clock     clock.PassiveClock
-	leaving   terminatingPods
+	pods      cache.Indexer // the scheduler's pods, indexed terminatingOn
 }
 
-// terminatingPods indexes bound pods that are terminating, by node, from the
-// scheduler's pod informer, so PostFilter looks only at nodes that have some
-// instead of at every pod of every node.
-type terminatingPods struct {
-	mu     sync.Mutex
-	byNode map[string]map[types.UID]bool
-	synced cache.InformerSynced // the informer's first list has been indexed
+// terminatingOn indexes the scheduler's pods that are terminating by the node
+// they are bound to, so PostFilter looks only at nodes that have some instead
+// of at every pod of every node. It is an index of the informer's store, which
+// is updated before any event handler runs: it is never behind the scheduler's
+// own cache, from which the cycle's snapshot is taken.
+const terminatingOn = "gleaner.dev/terminating-on-node"
+
+func terminatingIndex(obj interface{}) ([]string, error) {
+	if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" && p.DeletionTimestamp != nil && api.HoldsResources(p) {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
 }
 
-// update indexes a pod added or changed (tombstones go to delete).
-func (t *terminatingPods) update(obj interface{}) {
-	p, ok := obj.(*v1.Pod)
-	if !ok || p.Spec.NodeName == "" {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p.DeletionTimestamp != nil && api.HoldsResources(p) {
-		if t.byNode == nil {
-			t.byNode = map[string]map[types.UID]bool{}
-		}
-		if t.byNode[p.Spec.NodeName] == nil {
-			t.byNode[p.Spec.NodeName] = map[types.UID]bool{}
-		}
-		t.byNode[p.Spec.NodeName][p.UID] = true
-		return
-	}
-	t.remove(p)
-}
-
-func (t *terminatingPods) delete(obj interface{}) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	if p, ok := obj.(*v1.Pod); ok {
-		t.mu.Lock()
-		t.remove(p)
-		t.mu.Unlock()
-	}
-}
-
-func (t *terminatingPods) remove(p *v1.Pod) {
-	if pods := t.byNode[p.Spec.NodeName]; pods != nil {
-		delete(pods, p.UID)
-		if len(pods) == 0 {
-			delete(t.byNode, p.Spec.NodeName)
-		}
-	}
-}
-
-// nodes lists the nodes with terminating pods, in a stable order.
-func (t *terminatingPods) nodes() []string {
-	t.mu.Lock()
-	out := make([]string, 0, len(t.byNode))
-	for n := range t.byNode {
-		out = append(out, n)
-	}
-	t.mu.Unlock()
+// nodesWithTerminatingPods lists the nodes with terminating pods, in a stable order.
+func (pl *ReclaimPreemption) nodesWithTerminatingPods() []string {
+	out := pl.pods.ListIndexFuncValues(terminatingOn)
 	sort.Strings(out)
 	return out
 }
@@ -206,15 +164,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// The Evaluator runs with this plugin as its Interface (SelectVictimsOnNode
 	// is overridden) and DefaultPreemption's executor, which evicts the victims.
 	pl.evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
-	reg, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    pl.leaving.update,
-		UpdateFunc: func(_, obj interface{}) { pl.leaving.update(obj) },
-		DeleteFunc: pl.leaving.delete,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
+	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	if _, ok := pods.GetIndexer().GetIndexers()[terminatingOn]; !ok {
+		if err := pods.AddIndexers(cache.Indexers{terminatingOn: terminatingIndex}); err != nil {
+			return nil, fmt.Errorf("%s: indexing terminating pods: %w", Name, err)
+		}
 	}
-	pl.leaving.synced = reg.HasSynced
+	pl.pods = pods.GetIndexer()
 	return pl, nil
 }
 
@@ -258,15 +214,25 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) string {
 	logger := klog.FromContext(ctx)
 	prio := corev1helpers.PodPriority(pod)
-	for _, name := range pl.leaving.nodes() {
+	now := pl.clock.Now()
+	for _, name := range pl.nodesWithTerminatingPods() {
 		ni, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(name)
 		if err != nil || ni.Node() == nil {
 			continue
 		}
+		// Which pods are leaving comes from the store (the freshest view: the
+		// scheduler's cache may not have seen a deletion yet); what they hold
+		// comes from the cycle's snapshot.
+		returning := map[types.UID]bool{}
+		objs, _ := pl.pods.ByIndex(terminatingOn, name)
+		for _, obj := range objs {
+			if p := obj.(*v1.Pod); reclaim.Returning(p, now, pl.maxGrace) && corev1helpers.PodPriority(p) < prio {
+				returning[p.UID] = true
+			}
+		}
 		var leaving []fwk.PodInfo
-		now := pl.clock.Now()
 		for _, pi := range ni.GetPods() {
-			if p := pi.GetPod(); reclaim.Returning(p, now, pl.maxGrace) && corev1helpers.PodPriority(p) < prio {
+			if returning[pi.GetPod().UID] {
 				leaving = append(leaving, pi)
 			}
 		}

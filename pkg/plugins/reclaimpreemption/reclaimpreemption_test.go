@@ -164,11 +164,12 @@ func TestArgs(t *testing.T) {
 	}
 }
 
-// The index of terminating pods follows the informer: a pod enters when its
-// deletion starts on a node, and leaves when it is gone, finished, or its
-// tombstone arrives; nodes without terminating pods are not listed.
+// The index of terminating pods follows the pod store: a pod enters when its
+// deletion starts on a node, and leaves when it is gone or finished; nodes
+// without terminating pods are not listed.
 func TestTerminatingPodsIndex(t *testing.T) {
-	var idx terminatingPods
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{terminatingOn: terminatingIndex})
+	pl := &ReclaimPreemption{pods: store}
 	pod := func(name, node string, deleting bool) *v1.Pod {
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID(name)}, Spec: v1.PodSpec{NodeName: node}}
 		if deleting {
@@ -176,27 +177,33 @@ func TestTerminatingPodsIndex(t *testing.T) {
 		}
 		return p
 	}
-	idx.update(pod("running", "n1", false))
-	idx.update(pod("pending", "", true))
-	if got := idx.nodes(); len(got) != 0 {
+	mustDo := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustDo(store.Add(pod("running", "n1", false)))
+	mustDo(store.Add(pod("pending", "", true)))
+	if got := pl.nodesWithTerminatingPods(); len(got) != 0 {
 		t.Fatalf("nodes = %v with nothing terminating", got)
 	}
 	a, b, c := pod("a", "n2", true), pod("b", "n1", true), pod("c", "n1", true)
 	for _, p := range []*v1.Pod{a, b, c} {
-		idx.update(p)
+		mustDo(store.Add(p))
 	}
-	if got := idx.nodes(); !slices.Equal(got, []string{"n1", "n2"}) {
+	if got := pl.nodesWithTerminatingPods(); !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Fatalf("nodes = %v, want [n1 n2]", got)
 	}
-	idx.delete(a)
+	mustDo(store.Delete(a))
 	finished := b.DeepCopy()
 	finished.Status.Phase = v1.PodSucceeded
-	idx.update(finished)
-	if got := idx.nodes(); !slices.Equal(got, []string{"n1"}) {
+	mustDo(store.Update(finished))
+	if got := pl.nodesWithTerminatingPods(); !slices.Equal(got, []string{"n1"}) {
 		t.Fatalf("nodes = %v after a and b left, want [n1]", got)
 	}
-	idx.delete(cache.DeletedFinalStateUnknown{Key: "ml/c", Obj: c})
-	if got := idx.nodes(); len(got) != 0 || len(idx.byNode) != 0 {
-		t.Fatalf("nodes = %v (index %v) after every pod left", got, idx.byNode)
+	mustDo(store.Delete(c))
+	if got := pl.nodesWithTerminatingPods(); len(got) != 0 {
+		t.Fatalf("nodes = %v after every pod left", got)
 	}
 }
