@@ -394,6 +394,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		gpus := api.PodGPUs(p, c.cfg.GPUResource)
 		if api.IsBestEffort(p, threshold) {
 			n.LentGPUs += gpus
+			if reclaim.Returning(p, now, c.cfg.MaxReclaimGrace) {
+				n.ReturningGPUs += gpus
+			}
 			bestEffort = append(bestEffort, p)
 		} else {
 			n.ReservedGPUs += gpus

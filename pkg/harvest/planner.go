@@ -20,6 +20,10 @@ type Node struct {
 	ReservedGPUs int64
 	// LentGPUs are held by best-effort pods.
 	LentGPUs int64
+	// ReturningGPUs are the part of LentGPUs held by best-effort pods already
+	// terminating within their grace period: they come back without another
+	// eviction.
+	ReturningGPUs int64
 	// HostsInference: at least one inference pod is bound here.
 	HostsInference bool
 }
@@ -55,8 +59,8 @@ type Plan struct {
 //	harvestable = free - headroom placed on the node
 //
 // Headroom is placed one whole replica at a time (largest first), on a node whose
-// free GPUs can hold it, preferring (1) a node where it fits without reclaiming lent
-// GPUs, (2) a node already hosting inference, so whole idle nodes stay lendable,
+// free GPUs can hold it, preferring (1) a node where it fits without evicting
+// anything more (its free GPUs, and lent ones already returning), (2) a node already hosting inference, so whole idle nodes stay lendable,
 // (3) the tightest fit. The verdict is draining when lent GPUs exceed harvestable
 // ones, closed when nothing is harvestable, open otherwise (planFor). Nodes outside the pool,
 // unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
@@ -123,8 +127,8 @@ type home struct {
 
 // betterHome reports whether a is a better place than b for a replica of size gpus.
 func betterHome(a, b *home, gpus int64) bool {
-	aNoReclaim := a.spare-a.LentGPUs >= gpus
-	bNoReclaim := b.spare-b.LentGPUs >= gpus
+	aNoReclaim := a.spare-(a.LentGPUs-a.ReturningGPUs) >= gpus
+	bNoReclaim := b.spare-(b.LentGPUs-b.ReturningGPUs) >= gpus
 	if aNoReclaim != bNoReclaim {
 		return aNoReclaim
 	}

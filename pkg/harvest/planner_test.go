@@ -17,9 +17,10 @@ func with(n Node, f func(*Node)) Node {
 	return n
 }
 
-func reserved(g int64) func(*Node) { return func(n *Node) { n.ReservedGPUs = g } }
-func lent(g int64) func(*Node)     { return func(n *Node) { n.LentGPUs = g } }
-func inference(n *Node)            { n.HostsInference = true }
+func reserved(g int64) func(*Node)  { return func(n *Node) { n.ReservedGPUs = g } }
+func lent(g int64) func(*Node)      { return func(n *Node) { n.LentGPUs = g } }
+func inference(n *Node)             { n.HostsInference = true }
+func returning(g int64) func(*Node) { return func(n *Node) { n.ReturningGPUs = g } }
 
 func all(fs ...func(*Node)) func(*Node) {
 	return func(n *Node) {
@@ -90,6 +91,20 @@ func TestMakePlan(t *testing.T) {
 			want: map[string]NodePlan{
 				"a": plan(open, 4, 0, 0),
 				"b": plan(open, 4, 4, 0),
+			},
+		},
+		{
+			// b's lent GPUs are already terminating: the replica takes them
+			// rather than have a's lent pods evicted too.
+			name: "lent GPUs already returning count as free for placement",
+			nodes: []Node{
+				with(poolNode("a", 8), all(lent(8), inference)),
+				with(poolNode("b", 8), all(lent(8), returning(8))),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 8, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(open, 8, 0, 0),
+				"b": plan(draining, 0, 8, 8),
 			},
 		},
 		{

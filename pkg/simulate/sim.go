@@ -332,6 +332,7 @@ type simNode struct {
 	alloc     int64
 	inference int64 // GPUs of bound inference replicas
 	lent      int64 // GPUs of best-effort pods, terminating included
+	returning int64 // GPUs of terminating best-effort pods
 	reclaimed int64 // reclaimed GPUs no replica has bound to yet
 }
 
@@ -482,6 +483,7 @@ func (s *sim) release(t time.Duration) {
 		switch {
 		case j.evicted && j.freeAt <= t:
 			s.nodes[j.node].lent -= j.GPUs
+			s.nodes[j.node].returning -= j.GPUs
 			j.node, j.evicted = -1, false
 			s.queue = append(s.queue, j) // retried as a new pod: the back of the queue
 			s.queuedGPUs += j.GPUs
@@ -580,7 +582,7 @@ func (s *sim) plan(t time.Duration) {
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
-			ReservedGPUs: n.inference, LentGPUs: n.lent, HostsInference: n.inference > 0}
+			ReservedGPUs: n.inference, LentGPUs: n.lent, ReturningGPUs: n.returning, HostsInference: n.inference > 0}
 	}
 	for i := range s.svcs {
 		sv := &s.svcs[i]
@@ -634,6 +636,7 @@ func (s *sim) evict(j *simJob, lost float64, t time.Duration) {
 	s.res.Preemptions++
 	s.res.ReclaimedGPUs += j.GPUs
 	s.nodes[j.node].reclaimed += j.GPUs
+	s.nodes[j.node].returning += j.GPUs
 	s.res.LostGPUHours += lost / 3600
 }
 
