@@ -393,9 +393,14 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		n := &obs.Nodes[i]
 		gpus := api.PodGPUs(p, c.cfg.GPUResource)
 		if api.IsBestEffort(p, threshold) {
-			n.LentGPUs += gpus
-			if reclaim.Returning(p, now, c.cfg.MaxReclaimGrace) {
+			switch {
+			case p.DeletionTimestamp == nil:
+				n.LentGPUs += gpus
+			case reclaim.Returning(p, now, c.cfg.MaxReclaimGrace):
+				n.LentGPUs += gpus
 				n.ReturningGPUs += gpus
+			default:
+				n.StuckGPUs += gpus
 			}
 			bestEffort = append(bestEffort, p)
 		} else {
@@ -567,10 +572,10 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		}
 		np := plan.Nodes[n.Name]
 		serving += n.ReservedGPUs
-		lent += n.LentGPUs
+		lent += n.LentGPUs + n.StuckGPUs
 		headroom += np.HeadroomGPUs
 		harvestable += np.HarvestableGPUs
-		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs)
+		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs-n.StuckGPUs)
 		states[np.State]++
 		// Reclaim latency runs while the node owes GPUs back: a node that only
 		// stopped lending (JustInTime defers its evictions) costs inference nothing yet.

@@ -202,7 +202,7 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 	for _, n := range nodes {
 		seen[n.Name] = true
 		np := plan.Nodes[n.Name]
-		if !n.InPool || !n.Schedulable || n.AllocatableGPUs-n.ReservedGPUs < 0 {
+		if !n.InPool || !n.Schedulable || n.AllocatableGPUs-n.ReservedGPUs-n.StuckGPUs < 0 {
 			// Closed for reasons of its own: when it comes back it waits OpenAfter again.
 			delete(g.nodes, n.Name)
 			out.Nodes[n.Name] = np

@@ -24,6 +24,11 @@ type Node struct {
 	// terminating within their grace period: they come back without another
 	// eviction.
 	ReturningGPUs int64
+	// StuckGPUs are held by best-effort pods terminating past their capped
+	// grace period (a finalizer, a kubelet that stopped answering). They are
+	// not in LentGPUs: no eviction takes them back, so the planner counts them
+	// as taken and keeps inference's room where evictions can make it.
+	StuckGPUs int64
 	// HostsInference: at least one inference pod is bound here.
 	HostsInference bool
 }
@@ -55,7 +60,7 @@ type Plan struct {
 
 // MakePlan computes, for every node:
 //
-//	free        = allocatable - GPUs reserved by pods that are not best-effort
+//	free        = allocatable - GPUs reserved by pods that are not best-effort - stuck GPUs
 //	harvestable = free - headroom placed on the node
 //
 // Headroom is placed one whole replica at a time (largest first), on a node whose
@@ -72,7 +77,7 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	lendable := make([]home, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		free := n.AllocatableGPUs - n.ReservedGPUs
+		free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
 		if !n.InPool || !n.Schedulable || free < 0 {
 			plan.Nodes[n.Name] = NodePlan{Verdict: Closed}
 			continue

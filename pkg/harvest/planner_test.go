@@ -21,6 +21,7 @@ func reserved(g int64) func(*Node)  { return func(n *Node) { n.ReservedGPUs = g 
 func lent(g int64) func(*Node)      { return func(n *Node) { n.LentGPUs = g } }
 func inference(n *Node)             { n.HostsInference = true }
 func returning(g int64) func(*Node) { return func(n *Node) { n.ReturningGPUs = g } }
+func stuck(g int64) func(*Node)     { return func(n *Node) { n.StuckGPUs = g } }
 
 func all(fs ...func(*Node)) func(*Node) {
 	return func(n *Node) {
@@ -105,6 +106,20 @@ func TestMakePlan(t *testing.T) {
 			want: map[string]NodePlan{
 				"a": plan(open, 8, 0, 0),
 				"b": plan(draining, 0, 8, 8),
+			},
+		},
+		{
+			// a's other 4 GPUs are held by a pod terminating past its grace: no
+			// eviction frees them, so the replica's room is made on b.
+			name: "stuck GPUs are taken: headroom goes where evictions can make it",
+			nodes: []Node{
+				with(poolNode("a", 8), all(reserved(4), stuck(4), inference)),
+				with(poolNode("b", 8), lent(8)),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 4, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(closed, 0, 0, 0),
+				"b": plan(draining, 4, 4, 4),
 			},
 		},
 		{
@@ -321,10 +336,11 @@ func TestMakePlan(t *testing.T) {
 				if (np.State == draining) != (np.ReclaimGPUs > 0) {
 					t.Errorf("node %s: state %s with ReclaimGPUs %d", n.Name, np.State, np.ReclaimGPUs)
 				}
-				lendable := n.InPool && n.Schedulable && n.AllocatableGPUs >= n.ReservedGPUs
-				if lendable && np.HarvestableGPUs+np.HeadroomGPUs != n.AllocatableGPUs-n.ReservedGPUs {
-					t.Errorf("node %s: harvestable %d + headroom %d != allocatable %d - reserved %d",
-						n.Name, np.HarvestableGPUs, np.HeadroomGPUs, n.AllocatableGPUs, n.ReservedGPUs)
+				free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
+				lendable := n.InPool && n.Schedulable && free >= 0
+				if lendable && np.HarvestableGPUs+np.HeadroomGPUs != free {
+					t.Errorf("node %s: harvestable %d + headroom %d != allocatable %d - reserved %d - stuck %d",
+						n.Name, np.HarvestableGPUs, np.HeadroomGPUs, n.AllocatableGPUs, n.ReservedGPUs, n.StuckGPUs)
 				}
 			}
 		})
