@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -254,16 +255,15 @@ func TestFaults(t *testing.T) {
 		const timeout = 3 * time.Second
 		for _, fault := range []struct {
 			name string
-			mode nodePatchFault
+			mode apiFault
 		}{
-			{"answered 503", nodePatchFails},
+			{"answered 503", apiFails},
 			// A black-holed connection: the call never returns. Each round is
 			// cut at the heartbeat timeout, so the controller recovers by itself.
-			{"hanging until the caller gives up", nodePatchHangs},
+			{"hanging until the caller gives up", apiHangs},
 		} {
 			var mode atomic.Int32
-			cfg := rest.CopyConfig(env.cp.config)
-			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return faultyNodePatches{rt, &mode} })
+			cfg := withFault(env.cp.config, nodePatches, &mode)
 			identity := "faulty-writes-" + strconv.Itoa(int(fault.mode))
 			env.stopController()
 			env.startControllerOn(kubernetes.NewForConfigOrDie(cfg), func(c *controller.Config) {
@@ -290,7 +290,7 @@ func TestFaults(t *testing.T) {
 			}
 			t.Logf("fault: every Node patch %s: a best-effort pod created %v later is refused (heartbeat timeout %v): %s", fault.name, wait, timeout, ev.Message)
 
-			mode.Store(int32(nodePatchesPass))
+			mode.Store(int32(apiPasses))
 			cleared := time.Now()
 			chat0.set(vllmServing, 4, 0, 0.3)
 			if node := env.waitBound(researchNS, "during", 30*time.Second); node == "" {
@@ -381,12 +381,7 @@ func TestFaults(t *testing.T) {
 		kubeconfig := filepath.Join(t.TempDir(), "controller.kubeconfig")
 		writeKubeconfig(t, env.cp.config, kubeconfig)
 		const killCap = 5 * time.Second
-		start := func(name string) *process {
-			return startProcess(t, name, filepath.Join(bin, "gleaner-controller"), "--kubeconfig="+kubeconfig,
-				"--secure-port=0", "--scrape-interval=1s", "--scrape-timeout=500ms", "--open-after=0s",
-				"--max-reclaim-grace="+killCap.String(), "--leader-elect-lease-duration=3s",
-				"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
-		}
+		start := func(name string) *process { return startControllerProcess(t, bin, name, kubeconfig, killCap) }
 		env.stopController()
 		before := env.heartbeatHolder()
 		first := start("gleaner-controller-0")
@@ -433,6 +428,256 @@ func TestFaults(t *testing.T) {
 		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 	})
 
+	t.Run("a controller stuck before its first round lends nothing", func(t *testing.T) {
+		env := env.in(t)
+		const timeout = 3 * time.Second
+		// A planning controller with a short heartbeat timeout, then a
+		// successor that wins the election but whose pod informer never
+		// syncs: every LIST of pods is answered 503.
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) {
+			c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, timeout, "before-stuck"
+		})
+		env.waitHeartbeatHolder("before-stuck")
+		var mode atomic.Int32
+		mode.Store(int32(apiFails))
+		podLists := func(r *http.Request) bool { return r.Method == http.MethodGet && r.URL.Path == "/api/v1/pods" }
+		env.stopController()
+		env.startControllerOn(kubernetes.NewForConfigOrDie(withFault(env.cp.config, podLists, &mode)), func(c *controller.Config) {
+			c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity = graceCap, timeout, "stuck"
+		})
+		time.Sleep(timeout + time.Second)
+		env.create(bestEffortPod("while-stuck", 1))
+		ev := env.waitEvent(researchNS, "while-stuck", "FailedScheduling", "heartbeat", 10*time.Second)
+		env.assertStaysPending(researchNS, "while-stuck", 5*time.Second)
+		if h := env.heartbeatHolder(); h == "stuck" {
+			t.Fatal("the stuck controller renewed the heartbeat without a planning round")
+		}
+		mode.Store(int32(apiPasses))
+		cleared := time.Now()
+		env.waitHeartbeatHolder("stuck")
+		env.waitBound(researchNS, "while-stuck", 60*time.Second)
+		t.Logf("fault: controller elected but its pod informer never synced (every LIST of pods 503): a best-effort pod stayed pending 5 s (%q); placed %v after the fault cleared",
+			ev.Message, time.Since(cleared).Round(time.Millisecond))
+		env.deleteNow(researchNS, "while-stuck")
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+	})
+
+	t.Run("forged demand from an opted-in namespace is bounded by what its service could run", func(t *testing.T) {
+		env := env.in(t)
+		// An autoscaled Deployment of one 1-GPU replica, allowed 2, whose
+		// replica reports a billion waiting requests. Nothing runs its
+		// ReplicaSets here: the replica is created by hand.
+		greedySrv := env.vllm("greedy")
+		greedySrv.set(vllmServing, 1_000_000, 1_000_000_000, 1)
+		replica := inferencePod("greedy-0", "greedy", 1, greedySrv, v1.DefaultSchedulerName)
+		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		one := int32(1)
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: servingNS, Name: "greedy", Annotations: map[string]string{
+				api.AnnotationAutoscale: "true", api.AnnotationMaxReplicas: "2"}},
+			Spec: appsv1.DeploymentSpec{Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: replica.Labels},
+				Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: replica.Labels}, Spec: replica.Spec}},
+		}
+		controller.RegisterMetrics() // as the binary does: the test reads gleaner_demand_replicas
+		if _, err := env.client.AppsV1().Deployments(servingNS).Create(env.ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.client.AppsV1().Deployments(servingNS).Delete(env.ctx, "greedy", metav1.DeleteOptions{})
+			env.deleteNow(servingNS, "greedy-0")
+			quiet(env)
+		})
+		env.create(replica)
+		env.waitBound(servingNS, "greedy-0", 20*time.Second)
+		before := env.kubelet.deleted()
+		// gpu-a: chat-0's 4 GPUs and greedy-0's 1; the room for greedy's one
+		// more replica (1 GPU) is all a billion requests may keep.
+		env.waitVerdict("gpu-a", open(2), 20*time.Second)
+		time.Sleep(4 * scrapeInterval)
+		if got := env.verdict("gpu-a"); got != open(2) {
+			t.Fatalf("gpu-a verdict %+v, want open with 2: one more 1-GPU replica kept", got)
+		}
+		if got := env.verdict("gpu-b"); got != open(8) {
+			t.Fatalf("gpu-b verdict %+v, want open with 8", got)
+		}
+		needed := gatheredValue(t, "gleaner_demand_replicas", map[string]string{"namespace": servingNS, "service": "greedy", "kind": "needed"})
+		if after := env.kubelet.deleted(); len(after) != len(before) {
+			t.Fatalf("pods deleted: %v (before %v)", after, before)
+		}
+		// The controller kept planning: lending goes on.
+		env.create(bestEffortPod("beside-greedy", 8))
+		env.waitBound(researchNS, "beside-greedy", 20*time.Second)
+		t.Logf("fault: forged demand (1e9 waiting requests) from an opted-in namespace, max-replicas 2: needed replicas %v, 1 GPU kept, 0 evictions, lending went on", needed)
+		if needed != 2 {
+			t.Fatalf("needed replicas %v, want 2 (max-replicas)", needed)
+		}
+	})
+
+	t.Run("a replica bound but never Ready keeps its service's room after the startup deadline", func(t *testing.T) {
+		env := env.in(t)
+		const deadline = 4 * time.Second
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) {
+			c.MaxReclaimGrace, c.StartupDeadline, c.Heartbeat.Identity = graceCap, deadline, "startup"
+		})
+		env.waitHeartbeatHolder("startup")
+		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+		// chat scales out onto gpu-b; the new replica's containers run but it
+		// never passes its readiness probe (a model that never loads).
+		stuck := inferencePod("chat-stuck", "chat", 4, env.vllm("llama-chat"), v1.DefaultSchedulerName)
+		stuck.Labels[labelNeverReady] = "true"
+		stuck.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
+		start := time.Now()
+		env.create(stuck)
+		env.waitBound(servingNS, "chat-stuck", 20*time.Second)
+		// Past the deadline it counts as a saturated replica: chat needs one
+		// more, and its 4 GPUs are kept on gpu-a (beside chat-0).
+		env.waitVerdict("gpu-a", harvest.Verdict{State: api.HarvestClosed}, deadline+10*time.Second)
+		took := time.Since(start)
+		if took < deadline {
+			t.Fatalf("gpu-a closed %v after the replica appeared, before the %v deadline", took, deadline)
+		}
+		t.Logf("fault: inference replica bound but never Ready: counted as starting, then saturated; a replica's 4 GPUs kept %v after it appeared (startup deadline %v)", took.Round(time.Millisecond), deadline)
+		env.deleteNow(servingNS, "chat-stuck")
+		quiet(env)
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+	})
+
+	t.Run("a pod stuck terminating on a finalizer: the room is made elsewhere", func(t *testing.T) {
+		env := env.in(t)
+		// held holds gpu-a's lent GPUs and never leaves once deleted; gpu-b is
+		// full of ordinary lent pods.
+		held := bestEffortPod("held", 4)
+		held.Finalizers = []string{"example.com/never-released"}
+		held.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(held)
+		env.waitBound(researchNS, "held", 20*time.Second)
+		fillLent(env, "gpu-b", "fill-b")
+		t.Cleanup(func() {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			_, _ = env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, patch, metav1.PatchOptions{})
+		})
+
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9) // one more 4-GPU replica
+		env.waitEvent(researchNS, "held", reclaim.ReasonReclaimed, "grace period of 2s", 15*time.Second)
+		// Past its capped grace held is stuck: the controller takes gpu-b's
+		// pods for the room instead, before any replica asks for it.
+		env.waitEvent(researchNS, "fill-b-0", reclaim.ReasonReclaimed, "gpu-b", 20*time.Second)
+		replica := inferencePod("chat-1", "chat", 4, env.vllm("llama-chat"), v1.DefaultSchedulerName)
+		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
+		env.create(replica)
+		env.waitBound(servingNS, "chat-1", 30*time.Second)
+		// held's GPUs never come back: the wait is held's cap and the 5 s a
+		// kubelet is given to kill it, then the next victims' cap.
+		const killSlack = 5 * time.Second
+		took, budget := time.Since(start), scrapeInterval+graceCap+killSlack+graceCap+5*time.Second
+		t.Logf("fault: best-effort pod stuck terminating on a finalizer: counted stuck %v after its eviction (cap + 5 s to be killed), gpu-b's pods reclaimed instead; inference waited %v (budget scrape + cap + 5 s + cap + 5 s = %v)", graceCap+killSlack, took.Round(time.Millisecond), budget)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		quiet(env)
+	})
+
+	t.Run("a congested link and a throttled API slow the controller but keep inference first", func(t *testing.T) {
+		env := env.in(t)
+		// Every chunk between the controller and the apiserver held 50 ms,
+		// and every third call answered 429 (Retry-After: 1), as API Priority
+		// and Fairness answers a client over its share; leader election's
+		// Lease calls excepted (an admin gives them a priority level of their
+		// own, as kube-controller-manager's have).
+		proxy := startTCPProxy(t, env.cp.config)
+		proxy.setDelay(50 * time.Millisecond)
+		var mode atomic.Int32
+		mode.Store(int32(apiThrottles))
+		var calls atomic.Int64
+		everyThird := func(r *http.Request) bool {
+			return !strings.HasSuffix(r.URL.Path, "/leases/"+api.ControllerLeaseName) && calls.Add(1)%3 == 0
+		}
+		env.stopController()
+		env.startControllerOn(kubernetes.NewForConfigOrDie(withFault(proxy.config(env.cp.config), everyThird, &mode)), func(c *controller.Config) {
+			c.MaxReclaimGrace, c.Heartbeat.Identity = graceCap, "throttled"
+		})
+		env.waitHeartbeatHolder("throttled")
+		lendSlowPodOnGPUA(env)
+
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "slow", reclaim.ReasonReclaimed, "grace period of 2s", 30*time.Second)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		// The round's two writes on the way (the verdict, then the eviction)
+		// may each wait out one Retry-After.
+		const retryAfter = time.Second
+		took, budget := time.Since(start), scrapeInterval+graceCap+5*time.Second+2*retryAfter
+		t.Logf("fault: controller behind a link delaying every chunk 50 ms, every third call but leader election's answered 429: inference waited %v (budget scrape + cap + 5 s + 2 Retry-After = %v), %d calls throttled",
+			took.Round(time.Millisecond), budget, calls.Load()/3)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		mode.Store(int32(apiPasses))
+		proxy.setDelay(0)
+		quiet(env)
+		env.stopController()
+		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+	})
+
+	t.Run("an old leader partitioned from the API while a new one takes over", func(t *testing.T) {
+		env := env.in(t)
+		bin := buildCommands(t, "gleaner-controller")
+		proxy := startTCPProxy(t, env.cp.config)
+		dir := t.TempDir()
+		viaProxy, direct := filepath.Join(dir, "via-proxy.kubeconfig"), filepath.Join(dir, "direct.kubeconfig")
+		writeKubeconfig(t, proxy.config(env.cp.config), viaProxy)
+		writeKubeconfig(t, env.cp.config, direct)
+		const capped = 5 * time.Second
+		env.stopController()
+		before := env.heartbeatHolder()
+		old := startControllerProcess(t, bin, "gleaner-controller-old", viaProxy, capped)
+		t.Cleanup(func() { old.stop(t) })
+		waitFor(t, "the old leader to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != before })
+		oldID := env.heartbeatHolder()
+		standby := startControllerProcess(t, bin, "gleaner-controller-new", direct, capped)
+		t.Cleanup(func() { standby.stop(t) })
+		lendSlowPodOnGPUA(env)
+
+		// The old leader's every connection is cut and every new one refused.
+		proxy.partition()
+		cut := time.Now()
+		waitFor(t, "the standby to take over", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != oldID })
+		takeover := time.Since(cut)
+		waitFor(t, "the old leader to stop", 30*time.Second, old.exited)
+		stopped := time.Since(cut)
+
+		// The new leader plans: demand rises, and inference gets its room
+		// within the budget.
+		rise := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "slow", reclaim.ReasonReclaimed, "grace period of 5s", 15*time.Second)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took, budget := time.Since(rise), scrapeInterval+capped+5*time.Second
+		proxy.heal()
+		time.Sleep(2 * time.Second)
+		if h := env.heartbeatHolder(); h == oldID {
+			t.Fatal("the old leader holds the heartbeat again after the partition healed")
+		}
+		t.Logf("fault: old leader partitioned from the API server: it stopped %v after the cut (renew deadline 2 s), the new leader renewed the heartbeat %v after it; inference then waited %v (budget %v)",
+			stopped.Round(time.Millisecond), takeover.Round(time.Millisecond), took.Round(time.Millisecond), budget)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		quiet(env)
+		standby.stop(t)
+		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+	})
+
 	t.Run("clocks skewed by 30 seconds or five minutes either way change nothing", func(t *testing.T) {
 		env := env.in(t)
 		for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 5 * time.Minute, -5 * time.Minute} {
@@ -455,6 +700,15 @@ func TestFaults(t *testing.T) {
 	})
 }
 
+// startControllerProcess runs the gleaner-controller binary from bin with the
+// test's scrape timing, a reclaim grace cap and a 3 s leader-election lease.
+func startControllerProcess(t *testing.T, bin, name, kubeconfig string, graceCap time.Duration) *process {
+	return startProcess(t, name, filepath.Join(bin, "gleaner-controller"), "--kubeconfig="+kubeconfig,
+		"--secure-port=0", "--scrape-interval=1s", "--scrape-timeout=500ms", "--open-after=0s",
+		"--max-reclaim-grace="+graceCap.String(), "--leader-elect-lease-duration=3s",
+		"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
+}
+
 // lendSlowPodOnGPUA places best-effort pod "slow" (4 GPUs, a grace period of
 // an hour) on gpu-a and fills gpu-b with lent pods, so the room chat needs next
 // must come from slow.
@@ -469,31 +723,50 @@ func lendSlowPodOnGPUA(env *harvestEnv) {
 	fillLent(env, "gpu-b", "fill-b")
 }
 
-// nodePatchFault is what faultyNodePatches does to a PATCH of a Node.
-type nodePatchFault int32
+// apiFault is what faultyAPI does to the calls it matches.
+type apiFault int32
 
 const (
-	nodePatchesPass nodePatchFault = iota
-	nodePatchFails                 // answered 503
-	nodePatchHangs                 // never answered: held until the caller gives up
+	apiPasses    apiFault = iota
+	apiFails              // answered 503
+	apiHangs              // never answered: held until the caller gives up
+	apiThrottles          // answered 429 with Retry-After: 1, as API Priority and Fairness does
 )
 
-// faultyNodePatches injects mode's fault into every PATCH of a Node.
-type faultyNodePatches struct {
-	rt   http.RoundTripper
-	mode *atomic.Int32
+// faultyAPI injects mode's fault into every call match selects, in the
+// client's own transport (the apiserver sees nothing of the failed calls).
+type faultyAPI struct {
+	rt    http.RoundTripper
+	match func(*http.Request) bool
+	mode  *atomic.Int32
 }
 
-func (f faultyNodePatches) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodPatch || !strings.HasPrefix(r.URL.Path, "/api/v1/nodes/") {
+// withFault returns a copy of cfg whose calls that match get mode's fault.
+func withFault(cfg *rest.Config, match func(*http.Request) bool, mode *atomic.Int32) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return faultyAPI{rt, match, mode} })
+	return cfg
+}
+
+func nodePatches(r *http.Request) bool {
+	return r.Method == http.MethodPatch && strings.HasPrefix(r.URL.Path, "/api/v1/nodes/")
+}
+
+func (f faultyAPI) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !f.match(r) {
 		return f.rt.RoundTrip(r)
 	}
-	switch nodePatchFault(f.mode.Load()) {
-	case nodePatchFails:
-		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","reason":"ServiceUnavailable","code":503}`
-		return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Content-Type": {"application/json"}},
-			Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
-	case nodePatchHangs:
+	status := func(code int, reason string, header http.Header) (*http.Response, error) {
+		body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","reason":%q,"code":%d}`, reason, code)
+		header.Set("Content-Type", "application/json")
+		return &http.Response{StatusCode: code, Header: header, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	}
+	switch apiFault(f.mode.Load()) {
+	case apiFails:
+		return status(http.StatusServiceUnavailable, "ServiceUnavailable", http.Header{})
+	case apiThrottles:
+		return status(http.StatusTooManyRequests, "TooManyRequests", http.Header{"Retry-After": {"1"}})
+	case apiHangs:
 		<-r.Context().Done() // even after the fault clears, as a dead connection would
 		return nil, r.Context().Err()
 	}

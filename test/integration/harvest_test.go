@@ -278,11 +278,16 @@ func (e *harvestEnv) waitVerdict(node string, want harvest.Verdict, timeout time
 	})
 }
 
-// events lists the Events about a pod.
+// events lists the Events about a pod: while it exists, only those about it,
+// not about an earlier pod of the same name.
 func (e *harvestEnv) events(ns, name string) []v1.Event {
 	e.t.Helper()
+	selector := fields.Set{"involvedObject.name": name}
+	if p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		selector["involvedObject.uid"] = string(p.UID)
+	}
 	list, err := e.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
+		FieldSelector: selector.AsSelector().String(),
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -20,7 +20,9 @@ import (
 // standInKubelet does the little of a kubelet's work that Gleaner depends on:
 // it marks bound pods Running and Ready with a pod IP of 127.0.0.1 (so the
 // metrics informer reaches the test's vLLM servers on the pods' metrics ports),
-// and finishes a graceful deletion once the pod's grace period has passed.
+// and finishes a graceful deletion once the pod's grace period has passed. Its
+// containers ignore SIGTERM: each runs out its whole grace period and is
+// killed at its end, the worst case for a reclaim.
 type standInKubelet struct {
 	t      *testing.T
 	client kubernetes.Interface
@@ -29,6 +31,10 @@ type standInKubelet struct {
 	graceSeen map[string]int64
 	pending   map[string]bool // by UID: deletions being played out
 }
+
+// labelNeverReady marks a pod whose containers run but never pass their
+// readiness probe.
+const labelNeverReady = "test.gleaner.dev/never-ready"
 
 func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
 	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}}
@@ -84,10 +90,14 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 		p.Status.PodIP = "127.0.0.1"
 		p.Status.PodIPs = []v1.PodIP{{IP: "127.0.0.1"}}
 		p.Status.StartTime = &now
+		ready := v1.ConditionTrue
+		if pod.Labels[labelNeverReady] != "" {
+			ready = v1.ConditionFalse
+		}
 		p.Status.Conditions = []v1.PodCondition{
 			{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: now},
-			{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: now},
-			{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.PodReady, Status: ready, LastTransitionTime: now},
+			{Type: v1.ContainersReady, Status: ready, LastTransitionTime: now},
 		}
 		if _, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
 			k.t.Logf("stand-in kubelet: starting %s: %v (will retry on next update)", key, err)
