@@ -92,7 +92,7 @@ test-integration:
 # One line per scenario; the full log is bin/faults.log. See docs/reliability.md.
 test-faults:
 	@INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) INTEGRATION_LOG=bin/faults.log hack/test-integration.sh -run '^TestFaults$$' >/dev/null; rc=$$?; \
-		grep -E 'fault: |^\s*--- (PASS|FAIL)' bin/faults.log | sed -E 's/^\s*faults_test.go:[0-9]+: //'; exit $$rc
+		grep -E 'fault: |^\s*--- (PASS|FAIL)' bin/faults.log | sed -E 's/^\s*[a-z_]+_test.go:[0-9]+: //'; exit $$rc
 
 verify: fmt vet tidy-check
 

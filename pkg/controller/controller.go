@@ -564,7 +564,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		}
 	}
 	c.services = seen
-	var serving, lent, headroom, harvestable, idle int64
+	var serving, lent, stuck, headroom, harvestable, idle int64
 	states := map[api.HarvestState]float64{api.HarvestOpen: 0, api.HarvestDraining: 0, api.HarvestClosed: 0}
 	for _, n := range nodes {
 		if !n.InPool {
@@ -573,6 +573,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		np := plan.Nodes[n.Name]
 		serving += n.ReservedGPUs
 		lent += n.LentGPUs + n.StuckGPUs
+		stuck += n.StuckGPUs
 		headroom += np.HeadroomGPUs
 		harvestable += np.HarvestableGPUs
 		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs-n.StuckGPUs)
@@ -605,7 +606,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 			}
 		}
 	}
-	for state, v := range map[string]int64{"serving": serving, "lent": lent, "headroom": headroom, "harvestable": harvestable, "idle": idle} {
+	for state, v := range map[string]int64{"serving": serving, "lent": lent, "stuck": stuck, "headroom": headroom, "harvestable": harvestable, "idle": idle} {
 		gpusGauge.WithLabelValues(state).Set(float64(v))
 	}
 	for state, v := range states {

@@ -17,7 +17,7 @@ var (
 	// into; harvestable: may be lent (lent ones included); idle: held by no pod.
 	gpusGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "gpus",
-		Help:           "GPUs of the pool nodes by state: serving, lent, headroom, harvestable, idle.",
+		Help:           "GPUs of the pool nodes by state: serving, lent, stuck (the part of lent held by best-effort pods terminating past their capped grace), headroom, harvestable, idle.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 	nodesGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -381,7 +383,7 @@ func TestFaults(t *testing.T) {
 		kubeconfig := filepath.Join(t.TempDir(), "controller.kubeconfig")
 		writeKubeconfig(t, env.cp.config, kubeconfig)
 		const killCap = 5 * time.Second
-		start := func(name string) *process { return startControllerProcess(t, bin, name, kubeconfig, killCap) }
+		start := func(name string) *process { return startControllerProcess(t, bin, name, kubeconfig, killCap, nil) }
 		env.stopController()
 		before := env.heartbeatHolder()
 		first := start("gleaner-controller-0")
@@ -551,6 +553,7 @@ func TestFaults(t *testing.T) {
 		env := env.in(t)
 		// held holds gpu-a's lent GPUs and never leaves once deleted; gpu-b is
 		// full of ordinary lent pods.
+		controller.RegisterMetrics() // as the binary does: the test reads gleaner_gpus
 		held := bestEffortPod("held", 4)
 		held.Finalizers = []string{"example.com/never-released"}
 		held.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
@@ -568,6 +571,9 @@ func TestFaults(t *testing.T) {
 		// Past its capped grace held is stuck: the controller takes gpu-b's
 		// pods for the room instead, before any replica asks for it.
 		env.waitEvent(researchNS, "fill-b-0", reclaim.ReasonReclaimed, "gpu-b", 20*time.Second)
+		if stuck := gatheredValue(t, "gleaner_gpus", map[string]string{"state": "stuck"}); stuck != 4 {
+			t.Errorf("gleaner_gpus{state=stuck} = %v, want held's 4", stuck)
+		}
 		replica := inferencePod("chat-1", "chat", 4, env.vllm("llama-chat"), v1.DefaultSchedulerName)
 		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
 		env.create(replica)
@@ -640,11 +646,11 @@ func TestFaults(t *testing.T) {
 		const capped = 5 * time.Second
 		env.stopController()
 		before := env.heartbeatHolder()
-		old := startControllerProcess(t, bin, "gleaner-controller-old", viaProxy, capped)
+		old := startControllerProcess(t, bin, "gleaner-controller-old", viaProxy, capped, nil)
 		t.Cleanup(func() { old.stop(t) })
 		waitFor(t, "the old leader to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != before })
 		oldID := env.heartbeatHolder()
-		standby := startControllerProcess(t, bin, "gleaner-controller-new", direct, capped)
+		standby := startControllerProcess(t, bin, "gleaner-controller-new", direct, capped, nil)
 		t.Cleanup(func() { standby.stop(t) })
 		lendSlowPodOnGPUA(env)
 
@@ -678,6 +684,110 @@ func TestFaults(t *testing.T) {
 		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 	})
 
+	t.Run("gleaner-scheduler failing over while binding, and two binding at once", func(t *testing.T) {
+		env := env.in(t)
+		bin := buildCommands(t, "gleaner-scheduler")
+		kubeconfig := filepath.Join(t.TempDir(), "scheduler.kubeconfig")
+		writeKubeconfig(t, env.cp.config, kubeconfig)
+		env.stopScheduler()
+		defer env.startScheduler()
+		for _, tc := range []struct {
+			name        string
+			leaderElect bool
+		}{
+			// Two replicas with leader election; the leader is SIGKILLed once
+			// it has bound some of a burst.
+			{"the leader killed while binding", true},
+			// Two replicas both scheduling (leader election off): each binds
+			// from a cache that has not yet seen the other's bindings.
+			{"two replicas binding at once", false},
+		} {
+			env.waitVerdict("gpu-a", open(4), 20*time.Second)
+			env.waitVerdict("gpu-b", open(8), 20*time.Second)
+			a := startSchedulerProcess(t, bin, "gleaner-scheduler-a", kubeconfig, tc.leaderElect, nil)
+			b := startSchedulerProcess(t, bin, "gleaner-scheduler-b", kubeconfig, tc.leaderElect, nil)
+			var leaderID string
+			if tc.leaderElect {
+				leaderID = waitLeaseHolder(t, env.cp, "gleaner-scheduler", "", 30*time.Second)
+			}
+			refusedBefore := len(env.kubelet.refusedPods())
+			// A burst of 1-GPU pods, one every 200 ms: exactly the 12 GPUs the
+			// pool lends.
+			const burst = 12
+			created := make(chan struct{})
+			go func() {
+				defer close(created)
+				for i := range burst {
+					pod := bestEffortPod(fmt.Sprintf("burst-%02d", i), 1)
+					if _, err := env.client.CoreV1().Pods(researchNS).Create(env.ctx, pod, metav1.CreateOptions{}); err != nil {
+						t.Errorf("creating %s: %v", pod.Name, err)
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}()
+			defer func() { <-created }()
+			bound := func() (n int) {
+				for _, p := range listPods(t, env, researchNS) {
+					if p.Spec.NodeName != "" {
+						n++
+					}
+				}
+				return n
+			}
+			var boundAtKill int
+			var killed time.Time
+			if tc.leaderElect {
+				waitFor(t, "some of the burst bound", 30*time.Second, func() bool { return bound() >= 4 })
+				leader := a
+				if strings.Contains(b.output(), "Successfully acquired lease") {
+					leader = b
+				}
+				if err := leader.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				killed, boundAtKill = time.Now(), bound()
+				waitLeaseHolder(t, env.cp, "gleaner-scheduler", leaderID, 30*time.Second)
+			}
+			<-created
+			waitFor(t, "the whole burst bound", 60*time.Second, func() bool { return bound() == burst })
+			// Nothing lent beyond what each node's verdict allows, and nothing
+			// refused by the kubelet for want of GPUs.
+			lent := map[string]int64{}
+			for _, p := range listPods(t, env, researchNS) {
+				if p.Status.Phase != v1.PodFailed {
+					lent[p.Spec.NodeName] += api.PodGPUs(&p, api.GPUResource)
+				}
+			}
+			refused := env.kubelet.refusedPods()[refusedBefore:]
+			switch {
+			case tc.leaderElect:
+				t.Logf("fault: gleaner-scheduler %s: %d of %d pods bound before the kill, the rest %v after it (lease 3 s); lent gpu-a %d/4, gpu-b %d/8, %d refused by the kubelet",
+					tc.name, boundAtKill, burst, time.Since(killed).Round(time.Millisecond), lent["gpu-a"], lent["gpu-b"], len(refused))
+			default:
+				t.Logf("fault: gleaner-scheduler %s: %d pods bound; lent gpu-a %d/4, gpu-b %d/8; %d refused by the kubelet for want of GPUs %v",
+					tc.name, burst, lent["gpu-a"], lent["gpu-b"], len(refused), refused)
+			}
+			if lent["gpu-a"] > 4 || lent["gpu-b"] > 8 {
+				t.Errorf("lent beyond the verdicts: %v", lent)
+			}
+			if tc.leaderElect && len(refused) > 0 {
+				t.Errorf("pods refused by the kubelet after a failover: %v", refused)
+			}
+			for _, p := range []*process{a, b} {
+				if !p.exited() {
+					p.stop(t)
+				}
+			}
+			for _, p := range listPods(t, env, researchNS) {
+				env.deleteNow(researchNS, p.Name)
+			}
+		}
+	})
+
+	t.Run("nodes, namespaces and pod groups churned: heaps stay flat", func(t *testing.T) {
+		churn(t, env.in(t), func() { env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap }) })
+	})
+
 	t.Run("clocks skewed by 30 seconds or five minutes either way change nothing", func(t *testing.T) {
 		env := env.in(t)
 		for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 5 * time.Minute, -5 * time.Minute} {
@@ -702,11 +812,44 @@ func TestFaults(t *testing.T) {
 
 // startControllerProcess runs the gleaner-controller binary from bin with the
 // test's scrape timing, a reclaim grace cap and a 3 s leader-election lease.
-func startControllerProcess(t *testing.T, bin, name, kubeconfig string, graceCap time.Duration) *process {
-	return startProcess(t, name, filepath.Join(bin, "gleaner-controller"), "--kubeconfig="+kubeconfig,
+// env adds to its environment; extra flags come last, so they override.
+func startControllerProcess(t *testing.T, bin, name, kubeconfig string, graceCap time.Duration, env []string, extra ...string) *process {
+	args := append([]string{"--kubeconfig=" + kubeconfig,
 		"--secure-port=0", "--scrape-interval=1s", "--scrape-timeout=500ms", "--open-after=0s",
-		"--max-reclaim-grace="+graceCap.String(), "--leader-elect-lease-duration=3s",
-		"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
+		"--max-reclaim-grace=" + graceCap.String(), "--leader-elect-lease-duration=3s",
+		"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, extra...)
+	return startBinary(t, name, filepath.Join(bin, "gleaner-controller"), env, args...)
+}
+
+// startSchedulerProcess runs the gleaner-scheduler binary from bin with the
+// shipped configuration, pointed at kubeconfig, with a 3 s leader-election
+// lease or none. env adds to its environment; extra flags come last, so they
+// override.
+func startSchedulerProcess(t *testing.T, bin, name, kubeconfig string, leaderElect bool, env []string, extra ...string) *process {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal(shippedSchedulerConfig(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
+	le := doc["leaderElection"].(map[string]any)
+	le["leaderElect"] = leaderElect
+	le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "3s", "2s", "500ms"
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, name, filepath.Join(bin, "gleaner-scheduler"), env, append([]string{"--config=" + config, "--secure-port=0"}, extra...)...)
+	t.Cleanup(func() {
+		if !p.exited() {
+			p.stop(t)
+		}
+	})
+	return p
 }
 
 // lendSlowPodOnGPUA places best-effort pod "slow" (4 GPUs, a grace period of

@@ -45,6 +45,8 @@ type harvestEnv struct {
 	ctx     context.Context
 	// controller stops the gleaner-controller without releasing its Lease.
 	controller *struct{ stop context.CancelFunc }
+	// scheduler stops the in-process gleaner-scheduler.
+	scheduler *struct{ stop func() }
 }
 
 // in returns the environment with helpers failing t, for use inside a subtest.
@@ -56,6 +58,10 @@ func (e *harvestEnv) in(t *testing.T) *harvestEnv {
 
 func (e *harvestEnv) stopController() { e.controller.stop() }
 
+// startScheduler runs gleaner-scheduler in this process; stopScheduler stops it.
+func (e *harvestEnv) startScheduler() { e.scheduler.stop = startGleanerScheduler(e.root, e.ctx, e.cp) }
+func (e *harvestEnv) stopScheduler()  { e.scheduler.stop() }
+
 // vllm starts a metrics server that lives as long as the whole test.
 func (e *harvestEnv) vllm(model string) *vllmServer { return startVLLMServer(e.root, model) }
 
@@ -65,7 +71,7 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 	// components stop while the apiserver is still up.
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	env := &harvestEnv{t: t, root: t, cp: cp, client: cp.client, ctx: ctx, controller: &struct{ stop context.CancelFunc }{}}
+	env := &harvestEnv{t: t, root: t, cp: cp, client: cp.client, ctx: ctx, controller: &struct{ stop context.CancelFunc }{}, scheduler: &struct{ stop func() }{}}
 	for _, ns := range []string{api.SystemNamespace, servingNS, researchNS} {
 		createNamespace(t, cp.client, ns)
 	}
@@ -78,7 +84,7 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 	}
 	env.kubelet = startStandInKubelet(ctx, t, cp.client)
 	startDefaultScheduler(t, ctx, cp)
-	startGleanerScheduler(t, ctx, cp)
+	env.startScheduler()
 	env.startController()
 	return env
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -22,7 +24,9 @@ import (
 // metrics informer reaches the test's vLLM servers on the pods' metrics ports),
 // and finishes a graceful deletion once the pod's grace period has passed. Its
 // containers ignore SIGTERM: each runs out its whole grace period and is
-// killed at its end, the worst case for a reclaim.
+// killed at its end, the worst case for a reclaim. Like a kubelet, it admits
+// a pod only if its GPUs fit beside those of the pods it already runs, and
+// fails it otherwise (two schedulers may both bind to the same free GPUs).
 type standInKubelet struct {
 	t      *testing.T
 	client kubernetes.Interface
@@ -30,6 +34,10 @@ type standInKubelet struct {
 	// graceSeen records the deletion grace period each pod was deleted with.
 	graceSeen map[string]int64
 	pending   map[string]bool // by UID: deletions being played out
+	// admitted holds the GPUs of the pods started on each node, by UID, until
+	// they are gone: a pod that does not fit beside them is refused.
+	admitted map[string]map[types.UID]int64
+	refused  []string // pods refused, as namespace/name
 }
 
 // labelNeverReady marks a pod whose containers run but never pass their
@@ -37,7 +45,7 @@ type standInKubelet struct {
 const labelNeverReady = "test.gleaner.dev/never-ready"
 
 func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
-	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}}
+	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}, admitted: map[string]map[types.UID]int64{}}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	pods := factory.Core().V1().Pods().Informer()
 	handle := func(obj interface{}) {
@@ -48,6 +56,16 @@ func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.In
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
 		UpdateFunc: func(_, obj interface{}) { handle(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				k.mu.Lock()
+				delete(k.admitted[p.Spec.NodeName], p.UID)
+				k.mu.Unlock()
+			}
+		},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +98,26 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 				return
 			case <-time.After(time.Duration(grace) * time.Second):
 			}
+			// Its containers are gone: their GPUs are free, even if a
+			// finalizer keeps the object.
+			k.mu.Lock()
+			delete(k.admitted[pod.Spec.NodeName], pod.UID)
+			k.mu.Unlock()
 			zero := int64(0)
 			_ = k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		}()
 	case pod.Spec.NodeName != "" && (pod.Status.Phase == "" || pod.Status.Phase == v1.PodPending):
 		now := metav1.Now()
 		p := pod.DeepCopy()
+		if !k.admit(ctx, pod) {
+			p.Status.Phase = v1.PodFailed
+			p.Status.Reason = "OutOf" + string(api.GPUResource)
+			p.Status.Message = "Pod was rejected: node didn't have enough resource: " + string(api.GPUResource)
+			if _, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+				k.t.Logf("stand-in kubelet: refusing %s: %v", key, err)
+			}
+			return
+		}
 		p.Status.Phase = v1.PodRunning
 		p.Status.PodIP = "127.0.0.1"
 		p.Status.PodIPs = []v1.PodIP{{IP: "127.0.0.1"}}
@@ -103,6 +135,44 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 			k.t.Logf("stand-in kubelet: starting %s: %v (will retry on next update)", key, err)
 		}
 	}
+}
+
+// admit records the pod's GPUs on its node if they fit beside those of the
+// pods already admitted there (a pod admitted before, seen again, fits).
+func (k *standInKubelet) admit(ctx context.Context, pod *v1.Pod) bool {
+	node, err := k.client.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return true // a node this test never made: nothing to count against
+	}
+	allocatable := node.Status.Allocatable[api.GPUResource]
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	onNode := k.admitted[pod.Spec.NodeName]
+	if onNode == nil {
+		onNode = map[types.UID]int64{}
+		k.admitted[pod.Spec.NodeName] = onNode
+	}
+	if _, ok := onNode[pod.UID]; ok {
+		return true
+	}
+	gpus := api.PodGPUs(pod, api.GPUResource)
+	var used int64
+	for _, g := range onNode {
+		used += g
+	}
+	if used+gpus > allocatable.Value() {
+		k.refused = append(k.refused, pod.Namespace+"/"+pod.Name)
+		return false
+	}
+	onNode[pod.UID] = gpus
+	return true
+}
+
+// refusedPods returns the pods refused for want of GPUs so far.
+func (k *standInKubelet) refusedPods() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.refused)
 }
 
 // deletionGrace returns the grace period a pod was deleted with, and whether it was deleted.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -29,20 +30,28 @@ import (
 // manifests/, pointed at cp. Leader election is switched off: on shutdown
 // app.Run's leader-election callback calls os.Exit(0), which would end the test
 // binary with a success code before it reports.
-func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) {
+func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) (stop func()) {
+	t.Helper()
+	cc, sched := setupScheduler(t, ctx, cp, shippedSchedulerConfig(t), gleanerscheduler.Plugins()...)
+	return runScheduler(t, ctx, cc, sched)
+}
+
+// shippedSchedulerConfig is gleaner-scheduler's KubeSchedulerConfiguration as
+// manifests/ ships it.
+func shippedSchedulerConfig(t *testing.T) []byte {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
 	if err != nil {
 		t.Fatalf("reading the shipped scheduler config: %v", err)
 	}
-	cc, sched := setupScheduler(t, ctx, cp, raw, gleanerscheduler.Plugins()...)
-	runScheduler(t, ctx, cc, sched)
+	return raw
 }
 
-// runScheduler runs app.Run until ctx ends. app.Run registers the process-global
-// configz "componentconfig"; it is removed when the test ends so the next test
-// in this binary can run a scheduler of its own.
-func runScheduler(t *testing.T, ctx context.Context, cc *schedulerconfig.CompletedConfig, sched *scheduler.Scheduler) {
+// runScheduler runs app.Run until ctx ends or stop is called. app.Run
+// registers the process-global configz "componentconfig"; it is removed on
+// stop (at the latest when the test ends) so that another scheduler can run in
+// this binary.
+func runScheduler(t *testing.T, ctx context.Context, cc *schedulerconfig.CompletedConfig, sched *scheduler.Scheduler) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -52,11 +61,16 @@ func runScheduler(t *testing.T, ctx context.Context, cc *schedulerconfig.Complet
 			t.Errorf("scheduler stopped: %v", err)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		configz.Delete("componentconfig")
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			configz.Delete("componentconfig")
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // startDefaultScheduler runs the stock kube-scheduler with its default profile.
