@@ -143,12 +143,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	c := s.counters[ip]
 	now := s.now()
 	if c == nil {
-		c = &counters{created: now, last: now, queue: newHistogram(queueBuckets), ttft: newHistogram(ttftBuckets), itl: newHistogram(itlBuckets)}
+		c = newCounters(now)
 		s.counters[ip] = c
 	}
-	c.advance(load, now)
-	var text []byte
-	text = appendExposition(text, load, c)
+	text := c.render(load, now)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write(text)
@@ -188,6 +186,35 @@ const (
 	generationTokensPerSecond = 30
 	requestSeconds            = 8 // a request's mean time in the batch
 )
+
+func newCounters(now time.Time) *counters {
+	return &counters{created: now, last: now, queue: newHistogram(queueBuckets), ttft: newHistogram(ttftBuckets), itl: newHistogram(itlBuckets)}
+}
+
+// render advances the counters to now under l and writes the exposition.
+func (c *counters) render(l Load, now time.Time) []byte {
+	c.advance(l, now)
+	return appendExposition(nil, l, c)
+}
+
+// Endpoint is one simulated vLLM server's /metrics, for a test that serves
+// it itself (a real HTTP server of its own, failing on demand): the same
+// exposition vllm-sim serves, its counters advancing with the load between
+// renders. It is safe for concurrent use.
+type Endpoint struct {
+	mu sync.Mutex
+	c  *counters
+}
+
+// NewEndpoint returns an Endpoint whose counters start at now.
+func NewEndpoint(now time.Time) *Endpoint { return &Endpoint{c: newCounters(now)} }
+
+// Render returns the exposition for load l at now.
+func (e *Endpoint) Render(l Load, now time.Time) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.c.render(l, now)
+}
 
 // advance moves the counters and histograms forward to now under load.
 func (c *counters) advance(l Load, now time.Time) {

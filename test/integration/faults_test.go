@@ -49,9 +49,11 @@ func TestFaults(t *testing.T) {
 	env.stopController()
 	env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
 
+	controller.RegisterMetrics() // as the binary does: scenarios read the controller's metrics
 	chat0 := env.startChat()
 	// quiet removes what a scenario created and lets chat's load fall back,
-	// so the next one starts from the idle pool.
+	// so the next one starts from the idle pool: with the fault cleared,
+	// every node is open again and nothing is owed.
 	quiet := func(env *harvestEnv) {
 		env.deleteNow(servingNS, "chat-1")
 		for _, p := range listPods(env.t, env, researchNS) {
@@ -59,6 +61,7 @@ func TestFaults(t *testing.T) {
 		}
 		chat0.set(vllmServing, 4, 0, 0.3)
 		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+		env.waitVerdict("gpu-b", open(8), 20*time.Second)
 	}
 
 	t.Run("forged demand from a namespace not opted in moves nothing", func(t *testing.T) {
@@ -193,8 +196,9 @@ func TestFaults(t *testing.T) {
 			return srv.Listener.Addr().(*net.TCPAddr).Port
 		}
 		hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-		healthy := func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n")
+		healthy := func() http.HandlerFunc {
+			render := simExposition()
+			return func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(render(1)) }
 		}
 		create := func(name string, h http.HandlerFunc) {
 			env.create(&v1.Pod{
@@ -208,7 +212,7 @@ func TestFaults(t *testing.T) {
 			create(fmt.Sprintf("hanging-%03d", i), hang)
 		}
 		for i := range 50 {
-			create(fmt.Sprintf("healthy-%03d", i), healthy)
+			create(fmt.Sprintf("healthy-%03d", i), healthy())
 		}
 		// The informer gleaner-controller runs (which scrapes these too), on its own.
 		inf := vllm.NewInformer(env.client, vllm.Options{Namespaces: []string{ns}, Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second})
@@ -362,6 +366,16 @@ func TestFaults(t *testing.T) {
 		}} {
 			env.waitVerdict("gpu-b", open(8), 20*time.Second)
 			fault.inject()
+			healed := false
+			defer func() {
+				if !healed { // the scenario failed half-way: leave the node as it found it
+					fault.heal()
+					env.deleteNow(researchNS, "pinned")
+				}
+			}()
+			// The scheduler's node informer sees the change within
+			// milliseconds; a pod created before that may still bind.
+			time.Sleep(time.Second)
 			start := time.Now()
 			env.create(pinned("pinned"))
 			env.assertStaysPending(researchNS, "pinned", 3*scrapeInterval)
@@ -369,10 +383,11 @@ func TestFaults(t *testing.T) {
 			env.assertStaysPending(researchNS, "pinned", scrapeInterval)
 			pending := time.Since(start)
 			fault.heal()
-			healed := time.Now()
+			healed = true
+			healedAt := time.Now()
 			env.waitBound(researchNS, "pinned", 30*time.Second)
 			t.Logf("fault: gpu-b %s: a pod pinned there stayed pending %v (verdict closed), bound %v after the fault cleared",
-				fault.name, pending.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
+				fault.name, pending.Round(time.Millisecond), time.Since(healedAt).Round(time.Millisecond))
 			env.deleteNow(researchNS, "pinned")
 		}
 	})
@@ -483,7 +498,6 @@ func TestFaults(t *testing.T) {
 				Selector: &metav1.LabelSelector{MatchLabels: replica.Labels},
 				Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: replica.Labels}, Spec: replica.Spec}},
 		}
-		controller.RegisterMetrics() // as the binary does: the test reads gleaner_demand_replicas
 		if _, err := env.client.AppsV1().Deployments(servingNS).Create(env.ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -553,7 +567,6 @@ func TestFaults(t *testing.T) {
 		env := env.in(t)
 		// held holds gpu-a's lent GPUs and never leaves once deleted; gpu-b is
 		// full of ordinary lent pods.
-		controller.RegisterMetrics() // as the binary does: the test reads gleaner_gpus
 		held := bestEffortPod("held", 4)
 		held.Finalizers = []string{"example.com/never-released"}
 		held.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
@@ -808,6 +821,14 @@ func TestFaults(t *testing.T) {
 			env.deleteNow(researchNS, name)
 		}
 	})
+
+	// Across every scenario: no reclaim gave a pod more than the largest
+	// grace cap any controller here ran with (the test's own deletions give 0).
+	key, longest, deletions := env.kubelet.longestGrace()
+	t.Logf("fault: all scenarios: %d pod deletions, the longest grace period %d s (%s); every cap is 5 s or less", deletions, longest, key)
+	if longest > 5 {
+		t.Errorf("%s was deleted with a grace period of %d s, over every cap", key, longest)
+	}
 }
 
 // startControllerProcess runs the gleaner-controller binary from bin with the

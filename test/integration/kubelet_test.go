@@ -33,7 +33,13 @@ type standInKubelet struct {
 	mu     sync.Mutex
 	// graceSeen records the deletion grace period each pod was deleted with.
 	graceSeen map[string]int64
-	pending   map[string]bool // by UID: deletions being played out
+	// longest is the longest grace period any deletion had, of how many.
+	longest struct {
+		key   string
+		grace int64
+		count int
+	}
+	pending map[string]bool // by UID: deletions being played out
 	// admitted holds the GPUs of the pods started on each node, by UID, until
 	// they are gone: a pod that does not fit beside them is refused.
 	admitted map[string]map[types.UID]int64
@@ -90,6 +96,10 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 			grace = *pod.DeletionGracePeriodSeconds
 		}
 		k.graceSeen[key] = grace
+		k.longest.count++
+		if grace > k.longest.grace {
+			k.longest.key, k.longest.grace = key, grace
+		}
 		k.mu.Unlock()
 		// Play a container that checkpoints for the whole grace period, then exits.
 		go func() {
@@ -173,6 +183,14 @@ func (k *standInKubelet) refusedPods() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return slices.Clone(k.refused)
+}
+
+// longestGrace returns the pod deleted with the longest grace period, that
+// period, and how many deletions were seen.
+func (k *standInKubelet) longestGrace() (key string, grace int64, deletions int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.longest.key, k.longest.grace, k.longest.count
 }
 
 // deletionGrace returns the grace period a pod was deleted with, and whether it was deleted.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 
+	"github.com/gleaner-dev/gleaner/internal/vllmsim"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
@@ -38,18 +39,13 @@ func (e *informerEndpoint) port(t *testing.T) string {
 	return u.Port()
 }
 
-// informerExposition is a one-engine vLLM V1 exposition whose prompt-token
-// counter grows by 100 per request.
-func informerExposition(running, hit int64) string {
-	return fmt.Sprintf(`# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="llama"} %d
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name="llama"} 0
-# TYPE vllm:kv_cache_usage_perc gauge
-vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.125
-# TYPE vllm:prompt_tokens_total counter
-vllm:prompt_tokens_total{engine="0",model_name="llama"} %d
-`, running, 100*hit)
+// simExposition renders one vllm-sim endpoint (model llama, KV-cache 0.125)
+// with running requests; its counters grow with the load between renders.
+func simExposition() func(running float64) []byte {
+	e := vllmsim.NewEndpoint(time.Now())
+	return func(running float64) []byte {
+		return e.Render(vllmsim.Load{Model: "llama", Running: running, KVCache: 0.125}, time.Now())
+	}
 }
 
 func startInformerEndpoint(t *testing.T, handle func(w http.ResponseWriter, r *http.Request, hit int64)) *informerEndpoint {
@@ -123,18 +119,18 @@ func TestVLLMInformerAroundBadEndpoints(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 
-	healthy := func(running int64) func(http.ResponseWriter, *http.Request, int64) {
-		return func(w http.ResponseWriter, r *http.Request, hit int64) {
-			fmt.Fprint(w, informerExposition(running, hit))
-		}
+	healthy := func(running float64) func(http.ResponseWriter, *http.Request, int64) {
+		render := simExposition()
+		return func(w http.ResponseWriter, r *http.Request, hit int64) { _, _ = w.Write(render(running)) }
 	}
+	slow, oversized, flapping := simExposition(), simExposition(), simExposition()
 	ep := map[string]*informerEndpoint{
 		"healthy-a": startInformerEndpoint(t, healthy(3)),
 		"healthy-b": startInformerEndpoint(t, healthy(5)),
 		// Slower than the interval, within the timeout.
 		"slow": startInformerEndpoint(t, func(w http.ResponseWriter, r *http.Request, hit int64) {
 			time.Sleep(500 * time.Millisecond)
-			fmt.Fprint(w, informerExposition(1, hit))
+			_, _ = w.Write(slow(1))
 		}),
 		"hanging": startInformerEndpoint(t, func(w http.ResponseWriter, r *http.Request, hit int64) {
 			select {
@@ -147,7 +143,7 @@ func TestVLLMInformerAroundBadEndpoints(t *testing.T) {
 		}),
 		// Valid text, but a megabyte of it: over the 256 KiB cap below.
 		"oversized": startInformerEndpoint(t, func(w http.ResponseWriter, r *http.Request, hit int64) {
-			fmt.Fprint(w, informerExposition(0, hit))
+			_, _ = w.Write(oversized(0))
 			fmt.Fprint(w, strings.Repeat("# padding padding padding padding padding padding padding padding\n", 16<<10))
 		}),
 		"garbage": startInformerEndpoint(t, func(w http.ResponseWriter, r *http.Request, hit int64) {
@@ -159,7 +155,7 @@ func TestVLLMInformerAroundBadEndpoints(t *testing.T) {
 				http.Error(w, "overloaded", http.StatusServiceUnavailable)
 				return
 			}
-			fmt.Fprint(w, informerExposition(2, hit))
+			_, _ = w.Write(flapping(2))
 		}),
 		"late":        startInformerEndpoint(t, healthy(4)),
 		"other-ns":    startInformerEndpoint(t, healthy(9)),

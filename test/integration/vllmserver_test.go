@@ -1,13 +1,15 @@
 package integration
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/internal/vllmsim"
 )
 
 // vllmMode is how a test vLLM endpoint behaves.
@@ -19,26 +21,22 @@ const (
 	vllmHanging                     // accepts and never answers (the scrape times out)
 )
 
-// vllmServer is a real HTTP server on 127.0.0.1 exposing vLLM V1 metrics whose
-// values the test changes.
+// vllmServer is a real HTTP server on 127.0.0.1 exposing vLLM V1 metrics
+// (vllm-sim's exposition) whose values the test changes.
 type vllmServer struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	mode vllmMode
-	// running and waiting requests, KV-cache usage (0..1), summed token counters.
-	running, waiting int
-	kv               float64
-	promptTokens     int
-	hang             chan struct{}
+	srv      *httptest.Server
+	endpoint *vllmsim.Endpoint
+	mu       sync.Mutex
+	mode     vllmMode
+	load     vllmsim.Load
+	hang     chan struct{}
 }
 
 func startVLLMServer(t *testing.T, model string) *vllmServer {
-	s := &vllmServer{hang: make(chan struct{})}
+	s := &vllmServer{hang: make(chan struct{}), endpoint: vllmsim.NewEndpoint(time.Now()), load: vllmsim.Load{Model: model}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		mode, running, waiting, kv := s.mode, s.running, s.waiting, s.kv
-		s.promptTokens += 10 * running
-		prompt := s.promptTokens
+		mode, load := s.mode, s.load
 		s.mu.Unlock()
 		switch mode {
 		case vllmUnreachable:
@@ -58,22 +56,7 @@ func startVLLMServer(t *testing.T, model string) *vllmServer {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		fmt.Fprintf(w, `# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name=%[1]q} %[2]d.0
-# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name=%[1]q} %[3]d.0
-# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
-# TYPE vllm:kv_cache_usage_perc gauge
-vllm:kv_cache_usage_perc{engine="0",model_name=%[1]q} %[4]g
-# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
-# TYPE vllm:prompt_tokens_total counter
-vllm:prompt_tokens_total{engine="0",model_name=%[1]q} %[5]d.0
-# HELP vllm:prompt_tokens_created Number of prefill tokens processed.
-# TYPE vllm:prompt_tokens_created gauge
-vllm:prompt_tokens_created{engine="0",model_name=%[1]q} 1.7769301736864316e+09
-`, model, running, waiting, kv, prompt)
+		_, _ = w.Write(s.endpoint.Render(load, time.Now()))
 	}))
 	t.Cleanup(func() {
 		close(s.hang)
@@ -85,7 +68,8 @@ vllm:prompt_tokens_created{engine="0",model_name=%[1]q} 1.7769301736864316e+09
 func (s *vllmServer) set(mode vllmMode, running, waiting int, kv float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mode, s.running, s.waiting, s.kv = mode, running, waiting, kv
+	s.mode = mode
+	s.load.Running, s.load.Waiting, s.load.KVCache = float64(running), float64(waiting), kv
 }
 
 // port is the TCP port, for the pod's gleaner.dev/metrics-port annotation.
