@@ -93,17 +93,25 @@ type Forecast struct {
 // reclaim every lent GPU on a blip; a steeper ramp is still caught a sync later
 // by the load itself, and a recurring one by the profile.
 func PeakForecast(now time.Time, load float64, horizon time.Duration, trend *Trend, profile *Profile) Forecast {
-	if horizon <= 0 {
-		horizon = DefaultHorizon
+	return PeakForecastFrom(now, now, load, horizon, trend, profile)
+}
+
+// PeakForecastFrom is PeakForecast for the window [from, from+window] that
+// starts later than now: the trend is extrapolated from now to the window's
+// end (capped the same way), the profile read over the window. It is what a
+// later round would forecast, as far as now can tell.
+func PeakForecastFrom(now, from time.Time, load float64, window time.Duration, trend *Trend, profile *Profile) Forecast {
+	if window <= 0 {
+		window = DefaultHorizon
 	}
 	f := Forecast{Peak: load, Trend: load}
 	if trend != nil {
 		if slope, ok := trend.Slope(); ok && slope > 0 {
-			f.Trend = min(load+slope*horizon.Seconds(), 2*load)
+			f.Trend = min(load+slope*(from.Sub(now)+window).Seconds(), 2*load)
 		}
 	}
 	if profile != nil {
-		if peak, ok := profile.PeakOver(now, horizon); ok {
+		if peak, ok := profile.PeakOver(from, window); ok {
 			f.Profile = peak
 		}
 	}

@@ -197,7 +197,7 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 	open := g.Windows.Open(now)
 	maxDoublings := g.maxDoublings()
 	keep := g.openAfter(maxDoublings)
-	out := Plan{Nodes: make(map[string]NodePlan, len(plan.Nodes)), Unplaced: plan.Unplaced}
+	out := Plan{Nodes: make(map[string]NodePlan, len(plan.Nodes)), Unplaced: plan.Unplaced, HeadroomFor: plan.HeadroomFor}
 	seen := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		seen[n.Name] = true
@@ -271,7 +271,7 @@ func (g *Gate) JustInTime(now time.Time, gated, soon Plan) Plan {
 	if !g.Windows.Open(now) {
 		return gated
 	}
-	out := Plan{Nodes: make(map[string]NodePlan, len(gated.Nodes)), Unplaced: gated.Unplaced}
+	out := Plan{Nodes: make(map[string]NodePlan, len(gated.Nodes)), Unplaced: gated.Unplaced, HeadroomFor: gated.HeadroomFor}
 	for name, np := range gated.Nodes {
 		if np.ReclaimGPUs > 0 {
 			s, ok := soon.Nodes[name]

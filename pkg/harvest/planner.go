@@ -56,6 +56,9 @@ type Plan struct {
 	// with every best-effort pod gone; reclaiming cannot help them, so nothing
 	// is reserved.
 	Unplaced []Headroom
+	// HeadroomFor names, per node, the services whose headroom is placed there
+	// (in the order placed): whom the node's GPUs are kept for.
+	HeadroomFor map[string][]string
 }
 
 // MakePlan computes, for every node:
@@ -114,6 +117,12 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 			}
 			best.spare -= r.GPUsPerReplica
 			best.placed += r.GPUsPerReplica
+			if f := plan.HeadroomFor[best.Name]; len(f) == 0 || f[len(f)-1] != r.Service {
+				if plan.HeadroomFor == nil {
+					plan.HeadroomFor = map[string][]string{}
+				}
+				plan.HeadroomFor[best.Name] = append(f, r.Service)
+			}
 		}
 	}
 

@@ -47,6 +47,10 @@ type Config struct {
 	WithoutProfile bool
 	// WithoutTrend leaves the trend out of the forecast (a diagnostic).
 	WithoutTrend bool
+	// WithoutNotices skips Decision.Notices (gleaner simulate, which does not
+	// model them yet: finding when each deferred eviction is due re-plans the
+	// pool once a minute of the horizon).
+	WithoutNotices bool
 }
 
 // DefaultMargin keeps room for 10% more load than forecast.

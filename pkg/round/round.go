@@ -22,6 +22,8 @@ import (
 	"sort"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -82,8 +84,27 @@ type Decision struct {
 	// makes the choice again: call reclaim.Take with Reclaims and Candidates.
 	Candidates []reclaim.Candidate
 	Victims    []reclaim.Candidate
+	// Notices are the best-effort pods that the forecast over the horizon
+	// will have evicted, though not in this round (the reclaim lead defers
+	// them), each with when its eviction is expected: the warning a job gets
+	// to checkpoint first. Only with a ReclaimLead shorter than the Horizon,
+	// and not WithoutNotices.
+	Notices []Notice
 	// Scale lists the autoscaled services whose replica count should change.
 	Scale []Scale
+}
+
+// Notice is one best-effort pod's warning of its eviction.
+type Notice struct {
+	reclaim.Candidate
+	// At is when the pod is expected to be evicted: the first time a later
+	// round, forecasting as this one does, would need its GPUs within the
+	// reclaim lead.
+	At time.Time
+	// Node is the node whose GPUs it must give back; Services are those the
+	// node's GPUs are kept for.
+	Node     string
+	Services []string
 }
 
 // ServiceDecision is one service's demand in one round.
@@ -97,6 +118,12 @@ type ServiceDecision struct {
 	Forecast demand.Forecast
 	// Problems found with what was stored for the service (an unreadable profile).
 	Problems []string
+
+	// What the forecast was made from, to forecast later windows (notices).
+	in      demand.Service
+	load    float64
+	trend   *demand.Trend
+	profile *demand.Profile
 }
 
 // Scale is one autoscaler decision that changes a service's replicas.
@@ -168,26 +195,41 @@ func (p *Planner) Plan(obs Observation) Decision {
 		}
 	}
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)
+	horizon := d.Plan
 	if p.cfg.justInTime() {
 		d.Plan = p.gate.JustInTime(now, d.Plan, harvest.MakePlan(obs.Nodes, soon))
 	}
 
+	// Nodes owing GPUs now, and those the horizon's forecast will have owe
+	// more (deferred by the reclaim lead): their pods get notices.
 	var owing map[string]bool
+	var deferred []reclaim.Owed
 	for _, n := range obs.Nodes {
-		np := d.Plan.Nodes[n.Name]
-		if np.ReclaimGPUs <= 0 {
+		np, later := d.Plan.Nodes[n.Name], horizon.Nodes[n.Name].ReclaimGPUs
+		if p.cfg.WithoutNotices {
+			later = 0
+		}
+		if np.ReclaimGPUs <= 0 && later <= 0 {
 			continue
 		}
 		if owing == nil {
 			owing = map[string]bool{}
 		}
 		owing[n.Name] = true
-		d.Reclaims = append(d.Reclaims, reclaim.Owed{Node: n.Name, GPUs: np.ReclaimGPUs,
-			Why: fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, n.LentGPUs, np.HeadroomGPUs)})
+		if np.ReclaimGPUs > 0 {
+			d.Reclaims = append(d.Reclaims, reclaim.Owed{Node: n.Name, GPUs: np.ReclaimGPUs,
+				Why: fmt.Sprintf("node %s must return %d GPUs (harvestable %d, lent %d, headroom %d)", n.Name, np.ReclaimGPUs, np.HarvestableGPUs, n.LentGPUs, np.HeadroomGPUs)})
+		}
+		if later > np.ReclaimGPUs {
+			deferred = append(deferred, reclaim.Owed{Node: n.Name, GPUs: later})
+		}
 	}
 	if owing != nil && obs.BestEffort != nil {
 		d.Candidates = obs.BestEffort(owing)
 		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
+		if len(deferred) > 0 {
+			d.Notices = p.notices(obs, d, horizon, deferred)
+		}
 	}
 
 	for i, s := range obs.Services {
@@ -239,6 +281,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		if p.cfg.WithoutProfile {
 			profile = nil
 		}
+		sd.in, sd.load, sd.trend, sd.profile = in, now0.Load, trend, profile
 		sd.Forecast = demand.PeakForecast(now, now0.Load, p.cfg.Horizon, trend, profile)
 		in.ForecastLoad = sd.Forecast.Peak
 		sd.Need = demand.Assess(in)
@@ -346,4 +389,64 @@ func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
 	if svc := p.services[w.Key]; svc != nil {
 		svc.savedAt, svc.savedJSON = now, w.JSON
 	}
+}
+
+// noticeStep is how finely the expected eviction times of notices are found.
+const noticeStep = time.Minute
+
+// notices warns the pods the horizon's forecast will have evicted from the
+// deferred nodes but this round does not evict. A node's pods are expected
+// to go at the first later round (in steps of noticeStep, as far as the
+// horizon allows) whose forecast over the reclaim lead needs more of its lent
+// GPUs than this round does; by the horizon's end at the latest.
+func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, deferred []reclaim.Owed) []Notice {
+	now := obs.Now
+	latest := now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
+	at := make(map[string]time.Time, len(deferred))
+	for step := noticeStep; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += noticeStep {
+		var soon []harvest.Headroom
+		for _, s := range d.Services {
+			in := s.in
+			in.ForecastLoad = demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
+			if need := demand.Assess(in); need.Spare > 0 {
+				soon = append(soon, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
+			}
+		}
+		later := harvest.MakePlan(obs.Nodes, soon)
+		for _, o := range deferred {
+			if _, found := at[o.Node]; found {
+				continue
+			}
+			np := horizon.Nodes[o.Node]
+			lent := np.HarvestableGPUs + np.ReclaimGPUs
+			if min(np.ReclaimGPUs, max(0, lent-later.Nodes[o.Node].HarvestableGPUs)) > d.Plan.Nodes[o.Node].ReclaimGPUs {
+				at[o.Node] = now.Add(step)
+			}
+		}
+	}
+	evicted := make(map[*v1.Pod]bool, len(d.Victims))
+	for _, v := range d.Victims {
+		evicted[v.Pod] = true
+	}
+	var out []Notice
+	noticed := map[*v1.Pod]int{}
+	_, _, _ = reclaim.Take(deferred, d.Candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
+		if evicted[c.Pod] {
+			return nil
+		}
+		when, ok := at[o.Node]
+		if !ok {
+			when = latest
+		}
+		if i, seen := noticed[c.Pod]; seen { // a gang member, through another member's node
+			if when.Before(out[i].At) {
+				out[i].At, out[i].Node, out[i].Services = when, o.Node, horizon.HeadroomFor[o.Node]
+			}
+			return nil
+		}
+		noticed[c.Pod] = len(out)
+		out = append(out, Notice{Candidate: c, At: when, Node: o.Node, Services: horizon.HeadroomFor[o.Node]})
+		return nil
+	})
+	return out
 }

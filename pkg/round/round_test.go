@@ -96,24 +96,51 @@ func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
 }
 
 // With a reclaim lead shorter than the horizon, a forecast that needs lent GPUs
-// only beyond the lead stops the node lending but evicts nothing yet.
-func TestPlanEvictsJustInTime(t *testing.T) {
+// only beyond the lead stops the node lending but evicts nothing yet: the pods
+// it will evict get notices, with when the forecast will need their GPUs.
+func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	lent := job("train", "n1", 4, time.Hour)
 	// A rising trend of half a request a minute: from 12 requests it passes
 	// one replica's 16 within the horizon (19.5) but not within the lead (14.5).
 	var d Decision
-	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
-		d = p.Plan(Observation{Now: t0.Add(time.Duration(i) * time.Minute), Nodes: nodes, Published: map[string]int64{"n1": 4},
-			Services:   []Service{{Key: "s", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
-			BestEffort: func(map[string]bool) []reclaim.Candidate { t.Fatal("nothing is owed"); return nil }})
+	plan := func(at time.Time, load float64) Decision {
+		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
+			Services: []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(owing map[string]bool) []reclaim.Candidate {
+				if !owing["n1"] {
+					t.Errorf("BestEffort asked for %v, want n1", owing)
+				}
+				return []reclaim.Candidate{lent}
+			}})
 	}
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+	}
+	last := t0.Add(4 * time.Minute)
 	s := d.Services[0]
 	if s.Need.Spare != 1 || s.Soon.Spare != 0 {
 		t.Fatalf("need %+v soon %+v: want a spare replica over the horizon only", s.Need, s.Soon)
 	}
-	if np := d.Plan.Nodes["n1"]; np.State != api.HarvestDraining || np.ReclaimGPUs != 0 {
-		t.Fatalf("n1 %+v: want draining with nothing to evict yet", np)
+	if np := d.Plan.Nodes["n1"]; np.State != api.HarvestDraining || np.ReclaimGPUs != 0 || len(d.Victims) != 0 {
+		t.Fatalf("n1 %+v, victims %v: want draining with nothing to evict yet", np, names(d.Victims))
+	}
+	// The lead's window reaches 16.5 requests (12 + 0.5 x (4 + 5) minutes)
+	// 4 minutes on: a second replica, so the pod goes then.
+	if len(d.Notices) != 1 {
+		t.Fatalf("notices %+v, want one for train", d.Notices)
+	}
+	n := d.Notices[0]
+	if n.Pod.Name != "train" || n.Node != "n1" || !n.At.Equal(last.Add(4*time.Minute)) || !reflect.DeepEqual(n.Services, []string{"serving/chat"}) {
+		t.Fatalf("notice %+v at %v, want train on n1 for serving/chat at %v", n, n.At, last.Add(4*time.Minute))
+	}
+	// Load recedes: no horizon needs the GPUs, and the notice is gone.
+	for i, load := range []float64{8, 6, 4, 4, 4, 4, 4, 4} {
+		d = plan(last.Add(time.Duration(i+1)*time.Minute), load)
+	}
+	if len(d.Notices) != 0 || len(d.Victims) != 0 {
+		t.Fatalf("notices %+v, victims %v after the load receded", d.Notices, names(d.Victims))
 	}
 }
 

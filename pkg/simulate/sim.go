@@ -194,6 +194,7 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 		OpenAfterRelax:   c.OpenAfterRelax,
 		WithoutProfile:   policy != Forecast,
 		WithoutTrend:     c.NoTrend,
+		WithoutNotices:   true, // not modelled yet: evictions come without notice
 	}
 	if c.Margin == 0 {
 		r.Margin = -1 // none: the round reads zero as its default
