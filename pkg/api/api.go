@@ -63,6 +63,15 @@ const (
 	// AnnotationLastCheckpoint is an RFC 3339 time a best-effort pod writes after each checkpoint.
 	AnnotationLastCheckpoint = "gleaner.dev/last-checkpoint"
 
+	// AnnotationReclaimNotice is the RFC 3339 time gleaner-controller expects
+	// to evict a best-effort pod: its GPUs will be needed by inference. It is
+	// set (and moved) by gleaner-controller and removed when the forecast
+	// recedes; a job that reads it checkpoints before then.
+	AnnotationReclaimNotice = "gleaner.dev/reclaim-notice"
+	// ConditionReclaimNotice is the pod condition that says why: True while a
+	// notice stands, False once withdrawn.
+	ConditionReclaimNotice = "gleaner.dev/ReclaimNotice"
+
 	PriorityClassInference  = "gleaner-inference"
 	PriorityClassBestEffort = "gleaner-best-effort"
 

@@ -337,7 +337,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			delete(c.reported, key) // a service gone; seen again, its problems are news
 		}
 	}
-	return c.act(ctx, now, o.nodes, d)
+	return c.act(ctx, now, o, d)
 }
 
 // observed is one round's view of the cluster: the round's Observation and
@@ -429,7 +429,8 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 
 // act publishes every node's verdict, then evicts and scales as the round
 // decided, and saves the learned profiles that are due.
-func (c *Controller) act(ctx context.Context, now time.Time, nodes []*v1.Node, d round.Decision) error {
+func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round.Decision) error {
+	nodes := o.nodes
 	logger := klog.FromContext(ctx)
 	for _, u := range d.Plan.Unplaced {
 		logger.Info("Headroom replicas fit on no node", "service", u.Service, "replicas", u.Replicas, "gpusPerReplica", u.GPUsPerReplica)
@@ -468,6 +469,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, nodes []*v1.Node, d
 		}
 		errs = append(errs, evictErrs...)
 	}
+	errs = append(errs, c.notify(ctx, o.pods, d)...)
 	errs = append(errs, c.scale(ctx, d.Scale)...)
 	c.saveProfiles(ctx, now, c.planner.ProfilesDue(now, false))
 	if len(errs) > 0 {

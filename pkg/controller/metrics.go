@@ -35,6 +35,11 @@ var (
 		Help:           "Evictions the reclaimer asked for, by result: evicted, blocked (refused, e.g. by a PodDisruptionBudget), error.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	noticesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "reclaim_notices_total",
+		Help:           "Reclaim notices written on best-effort pods, by event: given (a first notice), moved (its expected time changed by a minute or more), withdrawn (the forecast receded), error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"event"})
 	lostWorkGPUSeconds = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "gleaner", Name: "reclaim_lost_work_gpu_seconds_total",
 		Help:           "Work lost by evicted best-effort pods: GPUs x time since their last checkpoint or start.",
@@ -90,7 +95,7 @@ var (
 	allMetrics   = []interface {
 		metrics.Registerable
 		FQName() string
-	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, lostWorkGPUSeconds,
+	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, lostWorkGPUSeconds,
 		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}

@@ -155,9 +155,13 @@ func TestInstall(t *testing.T) {
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, api.HeartbeatLeaseName, true},
 				// Reclaims through evictions, and deletes (best-effort pods only,
 				// by admission policy) what a PodDisruptionBudget holds past the wait;
-				// never binds or edits pods.
+				// never binds pods.
 				{"delete", "", "pods", "", "research", "", true},
-				{"patch", "", "pods", "", "research", "", false},
+				// Reclaim notices: patch pods and their status (confined by an
+				// admission policy to the notice's annotation and condition).
+				{"patch", "", "pods", "", "research", "", true},
+				{"patch", "", "pods", "status", "research", "", true},
+				{"update", "", "pods", "", "research", "", false},
 				{"create", "", "pods", "binding", "research", "", false},
 				{"delete", "", "nodes", "", "", "", false},
 				{"update", "", "nodes", "status", "", "gpu-a", false},
@@ -269,6 +273,44 @@ func TestInstall(t *testing.T) {
 			err = controllerClient.CoreV1().Pods("vap-tenant").Delete(ctx, p.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 			if denied := err != nil && strings.Contains(err.Error(), "deletes only best-effort pods"); denied != tt.deny || (err != nil && !denied) {
 				t.Errorf("gleaner-controller deleting a pod of class %q: %v, want denied %v", tt.class, err, tt.deny)
+			}
+		}
+
+		// It may write a reclaim notice (annotation and condition) on a
+		// best-effort pod, nothing else, and on no other pod.
+		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", api.PriorityClassBestEffort, "", 30), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ordinary, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", "", "", 30), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		notice := `{"metadata":{"annotations":{"gleaner.dev/reclaim-notice":"2026-11-30T12:00:00Z"}}}`
+		condition := `{"status":{"conditions":[{"type":"gleaner.dev/ReclaimNotice","status":"True","reason":"GleanerReclaimNotice","message":"m"}]}}`
+		for _, tt := range []struct {
+			name, pod, body, subresource string
+			patchType                    types.PatchType
+			deny                         string
+		}{
+			{"the notice on a best-effort pod", bestEffort.Name, notice, "", types.MergePatchType, ""},
+			{"the notice condition on a best-effort pod", bestEffort.Name, condition, "status", types.StrategicMergePatchType, ""},
+			{"another annotation", bestEffort.Name, `{"metadata":{"annotations":{"team":"mine"}}}`, "", types.MergePatchType, "changes only a pod's gleaner.dev/reclaim-notice annotation"},
+			{"a label", bestEffort.Name, `{"metadata":{"labels":{"team":"mine"}}}`, "", types.MergePatchType, "changes only a pod's gleaner.dev/reclaim-notice annotation"},
+			{"another condition", bestEffort.Name, `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, "status", types.StrategicMergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice condition"},
+			{"the phase", bestEffort.Name, `{"status":{"phase":"Failed"}}`, "status", types.MergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice condition"},
+			{"the notice on a pod that is not best-effort", ordinary.Name, notice, "", types.MergePatchType, "best-effort pods only"},
+		} {
+			var subresources []string
+			if tt.subresource != "" {
+				subresources = []string{tt.subresource}
+			}
+			_, err := controllerClient.CoreV1().Pods("vap-tenant").Patch(ctx, tt.pod, tt.patchType, []byte(tt.body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, subresources...)
+			switch {
+			case tt.deny == "" && err != nil:
+				t.Errorf("gleaner-controller writing %s: denied: %v", tt.name, err)
+			case tt.deny != "" && (err == nil || !strings.Contains(err.Error(), tt.deny)):
+				t.Errorf("gleaner-controller writing %s: %v, want denied with %q", tt.name, err, tt.deny)
 			}
 		}
 	})

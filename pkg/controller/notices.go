@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+)
+
+// Reasons of the Events and pod conditions of reclaim notices.
+const (
+	ReasonReclaimNotice          = "GleanerReclaimNotice"
+	ReasonReclaimNoticeWithdrawn = "GleanerReclaimNoticeWithdrawn"
+)
+
+// noticeMoved is how far a notice's expected time must move before the pod
+// is told again: the round finds it to the minute.
+const noticeMoved = time.Minute
+
+// notify writes the round's notices on their pods (annotation
+// api.AnnotationReclaimNotice, condition api.ConditionReclaimNotice, an
+// Event the first time) and withdraws those of pods no longer noticed and not
+// being evicted. Pods whose notice stands and moved less than noticeMoved are
+// left alone.
+func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decision) []error {
+	logger := klog.FromContext(ctx)
+	want := make(map[types.UID]round.Notice, len(d.Notices))
+	for _, n := range d.Notices {
+		want[n.Pod.UID] = n
+	}
+	evicted := make(map[types.UID]bool, len(d.Victims))
+	for _, v := range d.Victims {
+		evicted[v.Pod.UID] = true
+	}
+	var errs []error
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || !api.IsBestEffort(p, *c.cfg.BestEffortPriorityThreshold) {
+			continue
+		}
+		n, noticed := want[p.UID]
+		current, has := p.Annotations[api.AnnotationReclaimNotice]
+		switch {
+		case noticed:
+			if was, err := time.Parse(time.RFC3339, current); has && err == nil && n.At.Sub(was).Abs() < noticeMoved {
+				continue
+			}
+			why := noticeWhy(n)
+			if err := c.writeNotice(ctx, p, n.At.UTC().Truncate(time.Second).Format(time.RFC3339), v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
+				noticesTotal.WithLabelValues("error").Inc()
+				errs = append(errs, err)
+				continue
+			}
+			if !has {
+				noticesTotal.WithLabelValues("given").Inc()
+				c.recorder.Eventf(p, v1.EventTypeNormal, ReasonReclaimNotice, "%s; checkpoint before then", why)
+				logger.Info("Gave a reclaim notice", "pod", klog.KObj(p), "at", n.At, "node", n.Node, "for", n.Services)
+			} else {
+				noticesTotal.WithLabelValues("moved").Inc()
+			}
+		case has && !evicted[p.UID] && p.DeletionTimestamp == nil:
+			why := "The GPUs of node " + p.Spec.NodeName + " are no longer forecast to be needed; the notice is withdrawn"
+			if err := c.writeNotice(ctx, p, "", v1.ConditionFalse, ReasonReclaimNoticeWithdrawn, why); err != nil {
+				noticesTotal.WithLabelValues("error").Inc()
+				errs = append(errs, err)
+				continue
+			}
+			noticesTotal.WithLabelValues("withdrawn").Inc()
+			c.recorder.Event(p, v1.EventTypeNormal, ReasonReclaimNoticeWithdrawn, why)
+			logger.Info("Withdrew a reclaim notice", "pod", klog.KObj(p))
+		}
+	}
+	return errs
+}
+
+// noticeWhy says when and for whom a noticed pod is expected to be evicted.
+func noticeWhy(n round.Notice) string {
+	who := "inference"
+	if len(n.Services) > 0 {
+		who = strings.Join(n.Services, ", ")
+	}
+	return fmt.Sprintf("Expected to be evicted at %s: the GPUs of node %s are forecast to be needed by %s",
+		n.At.UTC().Truncate(time.Second).Format(time.RFC3339), n.Node, who)
+}
+
+// writeNotice sets the pod's notice annotation (at; "" removes it) and its
+// notice condition.
+func (c *Controller) writeNotice(ctx context.Context, p *v1.Pod, at string, status v1.ConditionStatus, reason, message string) error {
+	var value any = at
+	if at == "" {
+		value = nil
+	}
+	meta, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationReclaimNotice: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("reclaim notice on pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	cond, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
+		Type: api.ConditionReclaimNotice, Status: status, Reason: reason, Message: message,
+		LastTransitionTime: metav1.NewTime(c.cfg.Clock.Now()),
+	}}}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, cond, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("reclaim notice condition on pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}

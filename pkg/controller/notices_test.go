@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gleaner-dev/gleaner/internal/testobj"
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
+)
+
+// A forecast that needs lent GPUs beyond the reclaim lead gives their pod a
+// notice (annotation, condition, Event) with the expected eviction time,
+// writes nothing more while that time holds, and withdraws the notice when
+// the forecast recedes.
+func TestSyncGivesAndWithdrawsReclaimNotices(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1}})
+	objs := []runtime.Object{
+		testobj.Node("a", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		testobj.BestEffort("research", "train", "a", 4, t0.Add(-time.Hour)),
+		chat(1, nil),
+	}
+	tc.set(t, objs...)
+	// The lister sees what the controller wrote on the pod, as its informer would.
+	refresh := func() *v1.Pod {
+		t.Helper()
+		p, err := tc.client.CoreV1().Pods("research").Get(context.Background(), "train", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.pods.Update(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	condition := func(p *v1.Pod) *v1.PodCondition {
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == api.ConditionReclaimNotice {
+				return &p.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	var writes []string
+	// Half a request more every minute: one replica's 16 is passed within
+	// the horizon, not within the lead, until 4 minutes after the last round.
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", load, 0, 4)}
+		var err error
+		if writes, err = tc.sync(t, t0.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"patch pods train", "patch pods/status train"}; !reflect.DeepEqual(only(writes, "pods", "pods/status", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want the notice on train and no eviction", writes)
+	}
+	p := refresh()
+	if got, want := p.Annotations[api.AnnotationReclaimNotice], t0.Add(8*time.Minute).Format(time.RFC3339); got != want {
+		t.Fatalf("notice %q, want %q", got, want)
+	}
+	if c := condition(p); c == nil || c.Status != v1.ConditionTrue || c.Reason != ReasonReclaimNotice || !strings.Contains(c.Message, "serving/chat") {
+		t.Fatalf("condition %+v, want True naming serving/chat", c)
+	}
+	select {
+	case e := <-tc.recorder.Events:
+		if !strings.HasPrefix(e, "Normal "+ReasonReclaimNotice+" Expected to be evicted at "+t0.Add(8*time.Minute).Format(time.RFC3339)) {
+			t.Fatalf("event %q", e)
+		}
+	default:
+		t.Fatal("no Event for the notice")
+	}
+
+	// The same forecast a little later: the notice stands, nothing is written.
+	writes, _ = tc.sync(t, t0.Add(4*time.Minute+10*time.Second))
+	if got := only(writes, "pods", "pods/status"); len(got) != 0 {
+		t.Fatalf("writes %v for a notice that did not move", got)
+	}
+
+	// The load falls back: the horizon needs nothing, the notice is withdrawn.
+	for i := range 6 {
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 4, 0, 4)}
+		writes, _ = tc.sync(t, t0.Add(time.Duration(5+i)*time.Minute))
+		if len(only(writes, "pods")) > 0 {
+			break
+		}
+	}
+	if want := []string{"patch pods train", "patch pods/status train"}; !reflect.DeepEqual(only(writes, "pods", "pods/status", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want the notice withdrawn", writes)
+	}
+	p = refresh()
+	if got, ok := p.Annotations[api.AnnotationReclaimNotice]; ok {
+		t.Fatalf("notice %q still on the pod", got)
+	}
+	if c := condition(p); c == nil || c.Status != v1.ConditionFalse || c.Reason != ReasonReclaimNoticeWithdrawn {
+		t.Fatalf("condition %+v, want False, withdrawn", c)
+	}
+}
