@@ -461,6 +461,15 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 			}
 			logger.Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
 			evictionsTotal.WithLabelValues("evicted").Inc()
+			switch w, warned := d.Warned[m.Pod.UID]; {
+			case !warned:
+				unwarnedEvictions.WithLabelValues("unforeseen").Inc()
+			case w.At.After(now):
+				unwarnedEvictions.WithLabelValues("inference_waiting").Inc()
+				noticeLead.Observe(now.Sub(w.Since).Seconds())
+			default:
+				noticeLead.Observe(now.Sub(w.Since).Seconds())
+			}
 			lostWorkGPUSeconds.Add(m.LostWork)
 			return nil
 		})

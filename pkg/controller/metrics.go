@@ -40,6 +40,17 @@ var (
 		Help:           "Reclaim notices written on best-effort pods, by event: given (a first notice), moved (its expected time changed by a minute or more), withdrawn (the forecast receded), error.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"event"})
+	noticeLead = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "reclaim_notice_lead_seconds",
+		Help:           "How long before its eviction a best-effort pod was first given a reclaim notice.",
+		Buckets:        []float64{10, 30, 60, 120, 300, 600, 900, 1800, 3600},
+		StabilityLevel: metrics.ALPHA,
+	})
+	unwarnedEvictions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "reclaim_evictions_unwarned_total",
+		Help:           "Evictions without a notice that ran its course, by reason: unforeseen (no notice: the forecast saw the need only within the reclaim lead), inference_waiting (evicted before its notice's time because inference already needed the GPUs).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	lostWorkGPUSeconds = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "gleaner", Name: "reclaim_lost_work_gpu_seconds_total",
 		Help:           "Work lost by evicted best-effort pods: GPUs x time since their last checkpoint or start.",
@@ -95,7 +106,7 @@ var (
 	allMetrics   = []interface {
 		metrics.Registerable
 		FQName() string
-	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, lostWorkGPUSeconds,
+	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, noticeLead, unwarnedEvictions, lostWorkGPUSeconds,
 		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}

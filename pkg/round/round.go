@@ -19,11 +19,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -88,8 +91,11 @@ type Decision struct {
 	// will have evicted, though not in this round (the reclaim lead defers
 	// them), each with when its eviction is expected: the warning a job gets
 	// to checkpoint first. Only with a ReclaimLead shorter than the Horizon,
-	// and not WithoutNotices.
+	// and not WithoutNotices. A pod noticed earlier is not evicted before its
+	// notice's time unless inference already needs its node's GPUs.
 	Notices []Notice
+	// Warned holds the notice each victim had, if any.
+	Warned map[types.UID]Warning
 	// Scale lists the autoscaled services whose replica count should change.
 	Scale []Scale
 }
@@ -106,6 +112,9 @@ type Notice struct {
 	Node     string
 	Services []string
 }
+
+// Warning is a notice as it was given: since when, and for when.
+type Warning struct{ Since, At time.Time }
 
 // ServiceDecision is one service's demand in one round.
 type ServiceDecision struct {
@@ -145,7 +154,13 @@ type Planner struct {
 	cfg      Config
 	gate     harvest.Gate
 	services map[string]*service
+	// noticed are the pods this planner noticed in its last round, by UID:
+	// only its own notices are honoured (a pod's annotation is anyone's to write).
+	noticed map[types.UID]noticed
 }
+
+// noticed is a notice as given: for when, and since when.
+type noticed struct{ at, since time.Time }
 
 // service is what the planner remembers of one service.
 type service struct {
@@ -227,10 +242,21 @@ func (p *Planner) Plan(obs Observation) Decision {
 	if owing != nil && obs.BestEffort != nil {
 		d.Candidates = obs.BestEffort(owing)
 		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
+		held := p.holdNoticed(obs, &d)
+		for _, v := range d.Victims {
+			if g, ok := p.noticed[v.Pod.UID]; ok {
+				if d.Warned == nil {
+					d.Warned = map[types.UID]Warning{}
+				}
+				d.Warned[v.Pod.UID] = Warning{Since: g.since, At: g.at}
+			}
+		}
 		if len(deferred) > 0 {
 			d.Notices = p.notices(obs, d, horizon, deferred)
 		}
+		d.Notices = append(d.Notices, held...)
 	}
+	p.rememberNotices(now, d.Notices)
 
 	for i, s := range obs.Services {
 		if s.Autoscale == nil {
@@ -449,4 +475,85 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, def
 		return nil
 	})
 	return out
+}
+
+// holdNoticed keeps this round from evicting a pod before the time its notice
+// gave, unless inference already needs its node's GPUs (the node owes GPUs
+// to the load now, not only to the forecast over the lead): the node owes
+// that much less for now, and the victims are chosen again without the pod.
+// Gang members are not held (a gang goes whole). It returns the held pods'
+// notices, which stand.
+func (p *Planner) holdNoticed(obs Observation, d *Decision) []Notice {
+	if len(p.noticed) == 0 {
+		return nil
+	}
+	var urgent map[string]bool
+	var held []Notice
+	for {
+		var hold []reclaim.Candidate
+		for _, v := range d.Victims {
+			g, ok := p.noticed[v.Pod.UID]
+			if !ok || !g.at.After(obs.Now) || v.Pod.Labels[api.LabelPodGroup] != "" {
+				continue
+			}
+			if urgent == nil {
+				urgent = p.owingToLoadNow(obs, *d)
+			}
+			if !urgent[v.Pod.Spec.NodeName] {
+				hold = append(hold, v)
+			}
+		}
+		if len(hold) == 0 {
+			return held
+		}
+		out := map[*v1.Pod]bool{}
+		for _, h := range hold {
+			out[h.Pod] = true
+			held = append(held, Notice{Candidate: h, At: p.noticed[h.Pod.UID].at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
+			for i := range d.Reclaims {
+				if d.Reclaims[i].Node == h.Pod.Spec.NodeName {
+					d.Reclaims[i].GPUs -= h.GPUs
+				}
+			}
+		}
+		d.Reclaims = slices.DeleteFunc(d.Reclaims, func(o reclaim.Owed) bool { return o.GPUs <= 0 })
+		d.Candidates = slices.DeleteFunc(slices.Clone(d.Candidates), func(c reclaim.Candidate) bool { return out[c.Pod] })
+		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
+	}
+}
+
+// owingToLoadNow names the nodes that owe lent GPUs to what the services need
+// for their load now, forecast aside: inference is already waiting there.
+func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
+	var headroom []harvest.Headroom
+	for _, s := range d.Services {
+		in := s.in
+		in.ForecastLoad = s.load
+		if need := demand.Assess(in); need.Spare > 0 {
+			headroom = append(headroom, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
+		}
+	}
+	out := map[string]bool{}
+	for name, np := range harvest.MakePlan(obs.Nodes, headroom).Nodes {
+		if np.ReclaimGPUs > 0 {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// rememberNotices keeps this round's notices, each since when it was first given.
+func (p *Planner) rememberNotices(now time.Time, notices []Notice) {
+	if len(notices) == 0 && len(p.noticed) == 0 {
+		return
+	}
+	next := make(map[types.UID]noticed, len(notices))
+	for _, n := range notices {
+		since := now
+		if g, ok := p.noticed[n.Pod.UID]; ok {
+			since = g.since
+		}
+		next[n.Pod.UID] = noticed{at: n.At, since: since}
+	}
+	p.noticed = next
 }

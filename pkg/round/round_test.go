@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
@@ -31,7 +32,7 @@ func replicas(n int, running, waiting float64) []demand.Replica {
 // job is a lone best-effort pod of gpus GPUs on node, started ago before t0.
 func job(name, node string, gpus int64, ago time.Duration) reclaim.Candidate {
 	start := metav1.NewTime(t0.Add(-ago))
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: name},
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: name, UID: types.UID(name)},
 		Spec: v1.PodSpec{NodeName: node}, Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start}}
 	return reclaim.Candidate{Pod: p, GPUs: gpus, LostWork: reclaim.LostWork(p, gpus, t0)}
 }
@@ -135,12 +136,51 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	if n.Pod.Name != "train" || n.Node != "n1" || !n.At.Equal(last.Add(4*time.Minute)) || !reflect.DeepEqual(n.Services, []string{"serving/chat"}) {
 		t.Fatalf("notice %+v at %v, want train on n1 for serving/chat at %v", n, n.At, last.Add(4*time.Minute))
 	}
+	// A jump to 15 requests steepens the trend: the lead's window needs the
+	// GPUs now, 3 minutes before the notice said. The load now does not
+	// (15 < 16), so the pod is held to its notice...
+	d = plan(last.Add(time.Minute), 15)
+	if len(d.Victims) != 0 || len(d.Reclaims) != 0 || len(d.Notices) != 1 || !d.Notices[0].At.Equal(last.Add(4*time.Minute)) {
+		t.Fatalf("victims %v, reclaims %+v, notices %+v: want train held to its notice", names(d.Victims), d.Reclaims, d.Notices)
+	}
+	// ...and evicted at its noticed time, warned since the first notice.
+	d = plan(last.Add(4*time.Minute), 15)
+	if got, since := names(d.Victims), d.Warned[lent.Pod.UID].Since; !reflect.DeepEqual(got, []string{"train"}) || since.IsZero() || since.After(last) {
+		t.Fatalf("victims %v, warned %v: want train, warned since the first notice (by %v)", got, d.Warned, last)
+	}
+
 	// Load recedes: no horizon needs the GPUs, and the notice is gone.
-	for i, load := range []float64{8, 6, 4, 4, 4, 4, 4, 4} {
-		d = plan(last.Add(time.Duration(i+1)*time.Minute), load)
+	p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12, 8, 6, 4, 4, 4, 4, 4, 4} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
 	}
 	if len(d.Notices) != 0 || len(d.Victims) != 0 {
 		t.Fatalf("notices %+v, victims %v after the load receded", d.Notices, names(d.Victims))
+	}
+}
+
+// A noticed pod is evicted before its notice's time when inference already
+// needs its node's GPUs: the load now, not only the forecast.
+func TestPlanEvictsBeforeTheNoticeWhenInferenceWaits(t *testing.T) {
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	lent := job("train", "n1", 4, time.Hour)
+	plan := func(at time.Time, running, waiting float64) Decision {
+		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
+			Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, running, waiting), Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
+	}
+	var d Decision
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load, 0)
+	}
+	if len(d.Notices) != 1 {
+		t.Fatalf("notices %+v, want one", d.Notices)
+	}
+	// Requests queue now: 16 running and 8 waiting need a second replica.
+	d = plan(t0.Add(4*time.Minute+10*time.Second), 16, 8)
+	if got := names(d.Victims); !reflect.DeepEqual(got, []string{"train"}) {
+		t.Fatalf("victims %v, want train at once: inference is waiting", got)
 	}
 }
 
