@@ -195,7 +195,10 @@ func (p *Planner) Config() Config { return p.cfg }
 //	verdicts = Gate.Apply(MakePlan(nodes, need.Spare of every service))
 //	           then, with a ReclaimLead shorter than the Horizon,
 //	           Gate.JustInTime(verdicts, MakePlan(nodes, soon.Spare of every service))
-//	victims  = reclaim.Take(every node's ReclaimGPUs)
+//	victims  = reclaim.Take(every node's ReclaimGPUs), without the pods held
+//	           to an earlier notice's time (holdNoticed)
+//	notices  = reclaim.Take(the horizon's ReclaimGPUs) but the victims, each
+//	           with when a later round is expected to evict it (notices)
 //	scale    = autoscale.Desired(never below the forecast's replicas)
 func (p *Planner) Plan(obs Observation) Decision {
 	now := obs.Now
