@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -848,22 +846,10 @@ func startControllerProcess(t *testing.T, bin, name, kubeconfig string, graceCap
 // override.
 func startSchedulerProcess(t *testing.T, bin, name, kubeconfig string, leaderElect bool, env []string, extra ...string) *process {
 	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal(shippedSchedulerConfig(t), &doc); err != nil {
-		t.Fatal(err)
-	}
-	doc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
-	le := doc["leaderElection"].(map[string]any)
-	le["leaderElect"] = leaderElect
-	le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = "3s", "2s", "500ms"
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(config, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The shipped Lease's name and namespace, with a 3 s lease.
+	config := writeSchedulerConfig(t, shippedSchedulerConfig(t), kubeconfig, map[string]any{
+		"leaderElect": leaderElect, "resourceNamespace": api.SystemNamespace, "resourceName": "gleaner-scheduler",
+		"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"})
 	p := startBinary(t, name, filepath.Join(bin, "gleaner-scheduler"), env, append([]string{"--config=" + config, "--secure-port=0"}, extra...)...)
 	t.Cleanup(func() {
 		if !p.exited() {

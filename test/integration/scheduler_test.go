@@ -101,14 +101,17 @@ func setupScheduler(t *testing.T, ctx context.Context, cp *controlPlane, config 
 	return cc, sched
 }
 
-func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, config []byte, registry ...app.Option) (*schedulerconfig.CompletedConfig, *scheduler.Scheduler, error) {
+// writeSchedulerConfig writes a KubeSchedulerConfiguration with its client
+// pointed at kubeconfig and its leaderElection set to leaderElection, and
+// returns the file's path.
+func writeSchedulerConfig(t *testing.T, config []byte, kubeconfig string, leaderElection map[string]any) string {
 	t.Helper()
 	var doc map[string]any
 	if err := yaml.Unmarshal(config, &doc); err != nil {
 		t.Fatalf("parsing scheduler config: %v", err)
 	}
 	doc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
-	doc["leaderElection"] = map[string]any{"leaderElect": false}
+	doc["leaderElection"] = leaderElection
 	out, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +120,12 @@ func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, con
 	if err := os.WriteFile(path, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, config []byte, registry ...app.Option) (*schedulerconfig.CompletedConfig, *scheduler.Scheduler, error) {
+	t.Helper()
+	path := writeSchedulerConfig(t, config, kubeconfig, map[string]any{"leaderElect": false})
 	opts := options.NewOptions()
 	opts.ConfigFile = path
 	opts.SecureServing.BindPort = 0 // no serving endpoint in tests: nothing scrapes it
