@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/checkpoint"
 	"github.com/gleaner-dev/gleaner/pkg/trainexample"
 )
@@ -123,6 +124,7 @@ func run(args []string, stderr io.Writer) int {
 		delay := fs.Duration("step-delay", 0, "sleep after each step, so the toy runs long enough to be preempted")
 		saveTimeout := fs.Duration("save-timeout", 20*time.Second, "time limit for one checkpoint write; keep it below the pod's terminationGracePeriodSeconds")
 		kubeconfig := fs.String("kubeconfig", "", "kubeconfig for annotating this pod outside a cluster; in a cluster the in-cluster config is used")
+		noticeFile := fs.String("notice-file", "", "this pod's annotations as the downward API writes them (e.g. /etc/podinfo/annotations): checkpoint as soon as a reclaim notice ("+api.AnnotationReclaimNotice+") appears or moves, then train on; empty: no watch")
 		if code := parse(fs, args[1:]); code >= 0 {
 			return code
 		}
@@ -149,6 +151,11 @@ func run(args []string, stderr io.Writer) int {
 		}
 		if recorder != nil { // a nil *PodAnnotator in the interface would not be nil
 			opts.Recorder = recorder
+		}
+		if *noticeFile != "" {
+			opts.Notices = checkpoint.WatchNotices(ctx, *noticeFile, time.Second, func(err error) {
+				log.Warn("cannot read the reclaim notice", "err", err)
+			})
 		}
 		res, err := trainexample.Train(ctx, opts, stop)
 		if res.Interrupted {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gleaner-dev/gleaner/pkg/checkpoint"
 )
@@ -103,7 +104,9 @@ type TrainOptions struct {
 	// OutputLocation, if set, receives the trained model.
 	OutputLocation string
 	Recorder       Recorder
-	Log            *slog.Logger
+	// Notices delivers this pod's reclaim notices (see Trainer.Notices); nil: none.
+	Notices <-chan time.Time
+	Log     *slog.Logger
 }
 
 // Train runs a training stage. When stop is closed it checkpoints and returns
@@ -126,6 +129,7 @@ func Train(ctx context.Context, o TrainOptions, stop <-chan struct{}) (Result, e
 		Data:        data,
 		Checkpoints: checkpoint.NewManager(store, o.Keep),
 		Recorder:    o.Recorder,
+		Notices:     o.Notices,
 		Log:         o.Log,
 	}
 	if o.InitLocation != "" {

@@ -60,8 +60,12 @@ type Trainer struct {
 	Checkpoints *checkpoint.Manager
 	// Recorder may be nil.
 	Recorder Recorder
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Notices, when not nil, delivers each reclaim notice on this pod
+	// (checkpoint.WatchNotices): the run checkpoints at once and trains on,
+	// so its eviction loses only the steps after it.
+	Notices <-chan time.Time
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // Result is how a run ended.
@@ -134,6 +138,22 @@ func (t *Trainer) Run(ctx context.Context, stop <-chan struct{}) (Result, error)
 		}
 		sgdStep(res.Weights, t.Data, t.Config.Seed, res.Step, t.Config.Batch, t.Config.LR)
 		res.Step++
+		select {
+		case at, ok := <-t.Notices:
+			if !ok {
+				t.Notices = nil // the watch ended: nothing more to hear
+				break
+			}
+			t.Log.Info("reclaim notice: checkpointing now", "expectedEviction", at, "step", res.Step)
+			if res.Step != lastSaved && res.Step < t.Config.Steps {
+				if err := t.save(ctx, id, res.Step, res.Weights); err != nil {
+					t.Log.Error("checkpoint on notice failed; training on", "step", res.Step, "err", err)
+				} else {
+					lastSaved = res.Step
+				}
+			}
+		default:
+		}
 		if t.Config.CheckpointEvery > 0 && res.Step%t.Config.CheckpointEvery == 0 && res.Step < t.Config.Steps {
 			// A failed periodic save costs only the work since the last good one
 			// if this pod is preempted; stopping here would lose the whole step.

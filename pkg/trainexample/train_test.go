@@ -197,3 +197,39 @@ func TestStagesThroughStorage(t *testing.T) {
 		t.Fatal("two benchmarks scored identically; each should resample the test split differently")
 	}
 }
+
+// A reclaim notice makes the run checkpoint at once and train on: a pod
+// evicted then loses only the steps after the notice.
+func TestNoticeCheckpointsAndTrainsOn(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(400)
+	cfg.CheckpointEvery = 0 // only the notice and the end save
+	tr := newTrainer(t, dir, cfg)
+	notices := make(chan time.Time, 1)
+	tr.Notices = notices
+	var saved []int64
+	tr.Recorder = recorderFunc(func(context.Context, time.Time) error {
+		latest, _, err := tr.Checkpoints.Latest(context.Background())
+		if err != nil || latest == nil {
+			t.Errorf("recorded a checkpoint time with no checkpoint: %v", err)
+			return nil
+		}
+		saved = append(saved, latest.Step)
+		return nil
+	})
+	notices <- time.Now().Add(5 * time.Minute) // there before the first step
+	res, err := tr.Run(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Step != 400 || res.Interrupted || !res.Saved {
+		t.Fatalf("result %+v: want the run trained to the end after the notice", res)
+	}
+	if !slices.Equal(saved, []int64{1, 400}) {
+		t.Fatalf("checkpoints at steps %v, want [1 400]: one on the notice, one at the end", saved)
+	}
+}
+
+type recorderFunc func(context.Context, time.Time) error
+
+func (f recorderFunc) Record(ctx context.Context, t time.Time) error { return f(ctx, t) }
