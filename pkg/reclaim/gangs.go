@@ -18,6 +18,8 @@ type Unit struct {
 	Members []Candidate
 	// LostWork sums the members' lost work.
 	LostWork float64
+	// Prepared: every member is (Candidate.Prepared).
+	Prepared bool
 }
 
 // GPUsOn is the GPUs the unit's members hold on node.
@@ -46,12 +48,13 @@ func Units(candidates []Candidate) []Unit {
 		}
 		u, ok := byKey[key]
 		if !ok {
-			u = &Unit{Key: key}
+			u = &Unit{Key: key, Prepared: true}
 			byKey[key] = u
 			keys = append(keys, key)
 		}
 		u.Members = append(u.Members, c)
 		u.LostWork += c.LostWork
+		u.Prepared = u.Prepared && c.Prepared
 	}
 	sort.Strings(keys)
 	units := make([]Unit, len(keys))
@@ -66,8 +69,9 @@ func Units(candidates []Candidate) []Unit {
 const exhaustiveLimit = 16
 
 // Choose picks the units to evict so that at least owed GPUs come back on node:
-// the set with the least total lost work, then the fewest pods, then the
-// fewest units. When no set frees enough, every unit that frees something on
+// the set with the fewest units not Prepared (pods that checkpointed after
+// their reclaim notice go first), then the least total lost work, then the
+// fewest pods, then the fewest units. When no set frees enough, every unit that frees something on
 // node is chosen. The result is in eviction order: least lost work first.
 func Choose(units []Unit, node string, owed int64) []Unit {
 	if owed <= 0 {
@@ -99,10 +103,14 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 
 func cheapestCover(units []Unit, node string, owed int64) []Unit {
 	type cost struct {
+		unprepared  int
 		lost        float64
 		pods, units int
 	}
 	better := func(a, b cost) bool {
+		if a.unprepared != b.unprepared {
+			return a.unprepared < b.unprepared
+		}
 		if a.lost != b.lost {
 			return a.lost < b.lost
 		}
@@ -122,6 +130,9 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 				c.lost += u.LostWork
 				c.pods += len(u.Members)
 				c.units++
+				if !u.Prepared {
+					c.unprepared++
+				}
 			}
 		}
 		if freed >= owed && (!found || better(c, best)) {
@@ -140,8 +151,12 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 	return chosen
 }
 
-// lessUnit is the eviction order: least lost work, fewest pods, most GPUs back on node, key.
+// lessUnit is the eviction order: prepared first, then least lost work,
+// fewest pods, most GPUs back on node, key.
 func lessUnit(a, b Unit, node string) bool {
+	if a.Prepared != b.Prepared {
+		return a.Prepared
+	}
 	if a.LostWork != b.LostWork {
 		return a.LostWork < b.LostWork
 	}

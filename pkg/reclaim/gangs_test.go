@@ -28,6 +28,11 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace)
 }
 
+func prepared(c Candidate) Candidate {
+	c.Prepared = true
+	return c
+}
+
 func unitKeys(us []Unit) []string {
 	out := []string{}
 	for _, u := range us {
@@ -53,6 +58,15 @@ func TestChooseVictims(t *testing.T) {
 			},
 			owed: 4,
 			want: []string{"ml/fresh"},
+		},
+		{
+			name: "a pod that checkpointed after its notice goes before one that lost less",
+			candidates: []Candidate{
+				member("fresh", "n1", "", 4, 2*time.Minute), // two minutes lost, not noticed
+				prepared(member("warned", "n1", "", 4, 5*time.Minute)),
+			},
+			owed: 4,
+			want: []string{"ml/warned"},
 		},
 		{
 			name: "one pod with more lost work beats two whose sum is larger",

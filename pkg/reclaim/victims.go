@@ -20,6 +20,10 @@ type Candidate struct {
 	// Overdue: the pod is terminating past its capped grace period (see
 	// Returning). Its GPUs are owed, not on their way back.
 	Overdue bool
+	// Prepared: the pod checkpointed after it was given a reclaim notice, so
+	// evicting it now loses (almost) nothing it was warned about. Victims are
+	// chosen among prepared pods first.
+	Prepared bool
 }
 
 // DefaultMaxGrace caps the grace period of every reclaim: a best-effort pod
@@ -72,15 +76,24 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 		return 0
 	}
 	since := pod.Status.StartTime.Time
-	if raw, ok := pod.Annotations[api.AnnotationLastCheckpoint]; ok {
-		if t, err := time.Parse(time.RFC3339, raw); err == nil && t.After(since) && !t.After(now) {
-			since = t
-		}
+	if t, ok := LastCheckpoint(pod); ok && t.After(since) && !t.After(now) {
+		since = t
 	}
 	if !now.After(since) {
 		return 0
 	}
 	return float64(max(gpus, 1)) * now.Sub(since).Seconds()
+}
+
+// LastCheckpoint is the time the pod says it last checkpointed
+// (api.AnnotationLastCheckpoint), if it says so readably.
+func LastCheckpoint(pod *v1.Pod) (time.Time, bool) {
+	raw, ok := pod.Annotations[api.AnnotationLastCheckpoint]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, raw)
+	return t, err == nil
 }
 
 // NewCandidate builds a Candidate for pod at time now, with reclaims' grace

@@ -244,6 +244,7 @@ func (p *Planner) Plan(obs Observation) Decision {
 	}
 	if owing != nil && obs.BestEffort != nil {
 		d.Candidates = obs.BestEffort(owing)
+		p.markPrepared(d.Candidates)
 		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
 		held := p.holdNoticed(obs, &d)
 		for _, v := range d.Victims {
@@ -522,6 +523,19 @@ func (p *Planner) holdNoticed(obs Observation, d *Decision) []Notice {
 		d.Reclaims = slices.DeleteFunc(d.Reclaims, func(o reclaim.Owed) bool { return o.GPUs <= 0 })
 		d.Candidates = slices.DeleteFunc(slices.Clone(d.Candidates), func(c reclaim.Candidate) bool { return out[c.Pod] })
 		d.Victims, _, _ = reclaim.Take(d.Reclaims, d.Candidates, func(reclaim.Candidate, reclaim.Owed) error { return nil })
+	}
+}
+
+// markPrepared marks the candidates that checkpointed after this planner
+// noticed them: victims are chosen among them first.
+func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
+	for i := range candidates {
+		c := &candidates[i]
+		if g, ok := p.noticed[c.Pod.UID]; ok {
+			if t, ok := reclaim.LastCheckpoint(c.Pod); ok && !t.Before(g.since) {
+				c.Prepared = true
+			}
+		}
 	}
 }
 

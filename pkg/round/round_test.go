@@ -294,3 +294,30 @@ func FuzzPlanBoundsForgedLoad(f *testing.F) {
 		}
 	})
 }
+
+// A pod counts as prepared once it checkpointed at or after the planner
+// first noticed it; one not noticed, or whose checkpoint is older, does not.
+func TestMarkPrepared(t *testing.T) {
+	p := New(Config{})
+	since := t0.Add(-time.Minute)
+	checkpointed := func(c reclaim.Candidate, at time.Time) reclaim.Candidate {
+		c.Pod.Annotations = map[string]string{api.AnnotationLastCheckpoint: at.Format(time.RFC3339)}
+		return c
+	}
+	cs := []reclaim.Candidate{
+		checkpointed(job("after", "n1", 2, time.Hour), since.Add(10*time.Second)),
+		checkpointed(job("before", "n1", 2, time.Hour), since.Add(-10*time.Second)),
+		checkpointed(job("unnoticed", "n1", 2, time.Hour), since.Add(10*time.Second)),
+		job("never", "n1", 2, time.Hour),
+	}
+	p.noticed = map[types.UID]noticed{}
+	for _, name := range []string{"after", "before", "never"} {
+		p.noticed[types.UID(name)] = noticed{at: t0.Add(time.Minute), since: since}
+	}
+	p.markPrepared(cs)
+	for _, c := range cs {
+		if want := c.Pod.Name == "after"; c.Prepared != want {
+			t.Errorf("%s prepared = %v, want %v", c.Pod.Name, c.Prepared, want)
+		}
+	}
+}
