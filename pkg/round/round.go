@@ -421,8 +421,12 @@ func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
 	}
 }
 
-// noticeStep is how finely the expected eviction times of notices are found.
-const noticeStep = time.Minute
+// noticeStep is how finely the expected eviction times of notices are found:
+// a minute, or a tenth of the time between the lead and the horizon when that
+// is shorter (at least a second).
+func (c Config) noticeStep() time.Duration {
+	return max(time.Second, min(time.Minute, (c.Horizon-c.ReclaimLead)/10))
+}
 
 // notices warns the pods the horizon's forecast will have evicted from the
 // deferred nodes but this round does not evict. A node's pods are expected
@@ -433,7 +437,8 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, def
 	now := obs.Now
 	latest := now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
 	at := make(map[string]time.Time, len(deferred))
-	for step := noticeStep; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += noticeStep {
+	step0 := p.cfg.noticeStep()
+	for step := step0; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += step0 {
 		var soon []harvest.Headroom
 		for _, s := range d.Services {
 			in := s.in

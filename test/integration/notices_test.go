@@ -1,7 +1,16 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,4 +105,152 @@ func podCondition(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
 		}
 	}
 	return nil
+}
+
+// TestReclaimNoticeLetsAJobCheckpointFirst: the reference training step,
+// reading its pod's annotations as the downward API would give them, gets a
+// notice ahead of its eviction, checkpoints on it (recording the time on its
+// pod), is evicted no earlier than the notice said, and resumes with no work
+// lost.
+func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
+	env := startHarvestEnv(t)
+	chat0 := env.startChat()
+	binary := buildTrainExampleBinary(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	writeKubeconfig(t, env.cp.config, kubeconfig)
+
+	// A forecast that looks 2 minutes ahead, on a trend fitted to the last
+	// minute, and evicts 20 s ahead.
+	env.stopController()
+	env.startControllerWith(func(c *controller.Config) {
+		c.Policy.Horizon, c.Policy.ReclaimLead, c.Policy.TrendWindow = 2*time.Minute, 20*time.Second, time.Minute
+		c.Heartbeat.Identity = "noticing"
+	})
+	env.waitHeartbeatHolder("noticing")
+	fillLent(env, "gpu-b", "fill-b") // so chat's room is made beside chat-0, on gpu-a
+	job := bestEffortPod("job", 4)
+	grace := int64(10)
+	job.Spec.TerminationGracePeriodSeconds = &grace
+	job.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	env.create(job)
+	env.waitBound(researchNS, "job", 20*time.Second)
+
+	// The kubelet's part: the pod's annotations in a file, kept current, and
+	// SIGTERM to the process once the pod is being deleted.
+	annotations := filepath.Join(dir, "annotations")
+	var evictedAt atomic.Pointer[time.Time]
+	ctx, cancel := context.WithCancel(env.ctx)
+	defer cancel()
+	train := func(steps string) *process {
+		return startBinary(t, "gleaner-train-example", binary, []string{"POD_NAME=job", "POD_NAMESPACE=" + researchNS},
+			"train", "--checkpoint-dir="+filepath.Join(dir, "checkpoints"), "--steps="+steps, "--checkpoint-every=0",
+			"--step-delay=2ms", "--notice-file="+annotations, "--kubeconfig="+kubeconfig)
+	}
+	proc := train("100000000")
+	go func() {
+		for ctx.Err() == nil {
+			if p, err := env.client.CoreV1().Pods(researchNS).Get(ctx, "job", metav1.GetOptions{}); err == nil {
+				writeDownwardAnnotations(t, annotations, p.Annotations)
+				if p.DeletionTimestamp != nil && evictedAt.Load() == nil {
+					now := time.Now()
+					evictedAt.Store(&now)
+					_ = proc.cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+
+	// chat's load climbs a request every 10 s from 6 to 15: once the trend
+	// is fitted (30 s) the horizon's forecast passes one replica's 16, the
+	// lead's about a minute later; the load itself never does.
+	go func() {
+		for load := 6; ctx.Err() == nil && load <= 15; load++ {
+			chat0.set(vllmServing, load, 0, 0.3)
+			time.Sleep(10 * time.Second)
+		}
+	}()
+	var noticed *v1.Pod
+	waitFor(t, "a reclaim notice on job", 90*time.Second, func() bool {
+		noticed = env.pod(researchNS, "job")
+		return noticed.Annotations[api.AnnotationReclaimNotice] != ""
+	})
+	given := time.Now()
+	at, err := time.Parse(time.RFC3339, noticed.Annotations[api.AnnotationReclaimNotice])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The step checkpoints on it and records when on its pod.
+	waitFor(t, "a checkpoint recorded after the notice", 20*time.Second, func() bool {
+		raw := env.pod(researchNS, "job").Annotations[api.AnnotationLastCheckpoint]
+		ck, err := time.Parse(time.RFC3339, raw)
+		return err == nil && !ck.Before(given.Add(-time.Second))
+	})
+	if !strings.Contains(proc.output(), "reclaim notice: checkpointing now") {
+		t.Fatalf("the step did not checkpoint on the notice:\n%s", proc.tail())
+	}
+	waitFor(t, "job evicted", 120*time.Second, func() bool { return evictedAt.Load() != nil })
+	evicted := *evictedAt.Load()
+	if evicted.Before(at.Add(-time.Second)) {
+		t.Errorf("evicted at %v, before the notice's %v", evicted, at)
+	}
+	if code := proc.wait(t, 30*time.Second); code != 143 {
+		t.Fatalf("the evicted step exited %d, want 143:\n%s", code, proc.tail())
+	}
+	stopped := logStep(t, proc.output(), "interrupted")
+
+	// Its retry resumes where it stopped: nothing lost.
+	retry := train(strconv.FormatInt(stopped+10, 10))
+	if code := retry.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("the retry exited %d:\n%s", code, retry.tail())
+	}
+	if resumed := logStep(t, retry.output(), "resuming from checkpoint"); resumed != stopped {
+		t.Fatalf("resumed from step %d, the evicted run stopped at %d", resumed, stopped)
+	}
+	t.Logf("notice given %v ahead (for %v), checkpoint on it, evicted %v after the noticed time, resumed at step %d",
+		at.Sub(given).Round(time.Second), at.Format(time.TimeOnly), evicted.Sub(at).Round(100*time.Millisecond), stopped)
+}
+
+// writeDownwardAnnotations writes annotations as the downward API does: one
+// key="value" line each, sorted, swapped in whole.
+func writeDownwardAnnotations(t *testing.T, path string, annotations map[string]string) {
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%q\n", k, annotations[k])
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		t.Error(err)
+		return
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Error(err)
+	}
+}
+
+// logStep reads step=N from the first log line of output whose message is msg.
+func logStep(t *testing.T, output, msg string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, "msg=\""+msg+"\"") && !strings.Contains(line, "msg="+msg+" ") {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "step="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+	}
+	t.Fatalf("no %q line with a step in:\n%s", msg, output)
+	return 0
 }
