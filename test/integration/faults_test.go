@@ -90,7 +90,7 @@ func TestFaults(t *testing.T) {
 
 	t.Run("a tenant's hour-long grace period is capped", func(t *testing.T) {
 		env := env.in(t)
-		lendSlowPodOnGPUA(env)
+		lendOnGPUA(env, "slow", 3600)
 
 		start := time.Now()
 		chat0.set(vllmServing, 16, 5, 0.9) // waiting requests: one more replica
@@ -403,7 +403,7 @@ func TestFaults(t *testing.T) {
 		waitFor(t, "the first process to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != before })
 		killed := env.heartbeatHolder()
 
-		lendSlowPodOnGPUA(env)
+		lendOnGPUA(env, "slow", 3600)
 		evictedBefore := env.kubelet.deleted()
 
 		// Demand rises; as soon as the eviction is asked for, the controller is
@@ -624,7 +624,7 @@ func TestFaults(t *testing.T) {
 			c.MaxReclaimGrace, c.Heartbeat.Identity = graceCap, "throttled"
 		})
 		env.waitHeartbeatHolder("throttled")
-		lendSlowPodOnGPUA(env)
+		lendOnGPUA(env, "slow", 3600)
 
 		start := time.Now()
 		chat0.set(vllmServing, 16, 5, 0.9)
@@ -663,7 +663,7 @@ func TestFaults(t *testing.T) {
 		oldID := env.heartbeatHolder()
 		standby := startControllerProcess(t, bin, "gleaner-controller-new", direct, capped, nil)
 		t.Cleanup(func() { standby.stop(t) })
-		lendSlowPodOnGPUA(env)
+		lendOnGPUA(env, "slow", 3600)
 
 		// The old leader's every connection is cut and every new one refused.
 		proxy.partition()
@@ -859,17 +859,16 @@ func startSchedulerProcess(t *testing.T, bin, name, kubeconfig string, leaderEle
 	return p
 }
 
-// lendSlowPodOnGPUA places best-effort pod "slow" (4 GPUs, a grace period of
-// an hour) on gpu-a and fills gpu-b with lent pods, so the room chat needs next
-// must come from slow.
-func lendSlowPodOnGPUA(env *harvestEnv) {
+// lendOnGPUA places best-effort pod name (4 GPUs, a grace period of grace
+// seconds) on gpu-a and fills gpu-b with lent pods, so the room chat needs
+// next must come from name.
+func lendOnGPUA(env *harvestEnv, name string, grace int64) {
 	env.t.Helper()
-	slow := bestEffortPod("slow", 4)
-	hour := int64(3600)
-	slow.Spec.TerminationGracePeriodSeconds = &hour
-	slow.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-	env.create(slow)
-	env.waitBound(researchNS, "slow", 20*time.Second)
+	pod := bestEffortPod(name, 4)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	env.create(pod)
+	env.waitBound(researchNS, name, 20*time.Second)
 	fillLent(env, "gpu-b", "fill-b")
 }
 

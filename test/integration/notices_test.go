@@ -128,13 +128,7 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 		c.Heartbeat.Identity = "noticing"
 	})
 	env.waitHeartbeatHolder("noticing")
-	fillLent(env, "gpu-b", "fill-b") // so chat's room is made beside chat-0, on gpu-a
-	job := bestEffortPod("job", 4)
-	grace := int64(10)
-	job.Spec.TerminationGracePeriodSeconds = &grace
-	job.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-	env.create(job)
-	env.waitBound(researchNS, "job", 20*time.Second)
+	lendOnGPUA(env, "job", 10) // with gpu-b full, chat's room is made on gpu-a
 
 	// The kubelet's part: the pod's annotations in a file, kept current, and
 	// SIGTERM to the process once the pod is being deleted.
