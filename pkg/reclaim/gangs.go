@@ -69,9 +69,10 @@ func Units(candidates []Candidate) []Unit {
 const exhaustiveLimit = 16
 
 // Choose picks the units to evict so that at least owed GPUs come back on node:
-// the set with the fewest units not Prepared (pods that checkpointed after
-// their reclaim notice go first), then the least total lost work, then the
-// fewest pods, then the fewest units. When no set frees enough, every unit that frees something on
+// the set with the least total lost work, counting none for Prepared units
+// (pods that checkpointed after their reclaim notice lose nothing they were
+// not warned of, so they go first), then the fewest pods, then the fewest
+// units. When no set frees enough, every unit that frees something on
 // node is chosen. The result is in eviction order: least lost work first.
 func Choose(units []Unit, node string, owed int64) []Unit {
 	if owed <= 0 {
@@ -103,14 +104,10 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 
 func cheapestCover(units []Unit, node string, owed int64) []Unit {
 	type cost struct {
-		unprepared  int
 		lost        float64
 		pods, units int
 	}
 	better := func(a, b cost) bool {
-		if a.unprepared != b.unprepared {
-			return a.unprepared < b.unprepared
-		}
 		if a.lost != b.lost {
 			return a.lost < b.lost
 		}
@@ -127,12 +124,11 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 		for i, u := range units {
 			if mask&(1<<i) != 0 {
 				freed += u.GPUsOn(node)
-				c.lost += u.LostWork
+				if !u.Prepared {
+					c.lost += u.LostWork
+				}
 				c.pods += len(u.Members)
 				c.units++
-				if !u.Prepared {
-					c.unprepared++
-				}
 			}
 		}
 		if freed >= owed && (!found || better(c, best)) {

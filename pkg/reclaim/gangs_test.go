@@ -79,6 +79,16 @@ func TestChooseVictims(t *testing.T) {
 			want: []string{"ml/big"},
 		},
 		{
+			name: "two pods whose sum of lost work is smaller beat one",
+			candidates: []Candidate{
+				member("small-a", "n1", "", 2, 5*time.Minute), // 2 x 300 = 600
+				member("small-b", "n1", "", 2, 5*time.Minute), // 600
+				member("big", "n1", "", 4, 8*time.Minute),     // 4 x 480 = 1920 > 1200
+			},
+			owed: 4,
+			want: []string{"ml/small-a", "ml/small-b"},
+		},
+		{
 			name: "equal lost work: fewest pods",
 			candidates: []Candidate{
 				member("a", "n1", "", 2, 10*time.Minute), // 1200
