@@ -273,16 +273,23 @@ func (g *Gate) JustInTime(now time.Time, gated, soon Plan) Plan {
 	}
 	out := Plan{Nodes: make(map[string]NodePlan, len(gated.Nodes)), Unplaced: gated.Unplaced, HeadroomFor: gated.HeadroomFor}
 	for name, np := range gated.Nodes {
-		if np.ReclaimGPUs > 0 {
-			s, ok := soon.Nodes[name]
-			if ok {
-				lent := np.HarvestableGPUs + np.ReclaimGPUs
-				np.ReclaimGPUs = min(np.ReclaimGPUs, max(0, lent-s.HarvestableGPUs))
-			}
+		if s, ok := soon.Nodes[name]; ok {
+			np.ReclaimGPUs = JustInTimeReclaim(np, s)
 		}
 		out.Nodes[name] = np
 	}
 	return out
+}
+
+// JustInTimeReclaim is what a node whose gated plan is np evicts when soon is
+// its plan over the reclaim lead: min(lent - harvestable, max(0, lent -
+// soonHarvestable)), where lent - harvestable is np's ReclaimGPUs.
+func JustInTimeReclaim(np, soon NodePlan) int64 {
+	if np.ReclaimGPUs <= 0 {
+		return np.ReclaimGPUs
+	}
+	lent := np.HarvestableGPUs + np.ReclaimGPUs
+	return min(np.ReclaimGPUs, max(0, lent-soon.HarvestableGPUs))
 }
 
 // effective is the least the plan offered the node over its open-after.

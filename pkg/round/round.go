@@ -439,22 +439,14 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, def
 	at := make(map[string]time.Time, len(deferred))
 	step0 := p.cfg.noticeStep()
 	for step := step0; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += step0 {
-		var soon []harvest.Headroom
-		for _, s := range d.Services {
-			in := s.in
-			in.ForecastLoad = demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
-			if need := demand.Assess(in); need.Spare > 0 {
-				soon = append(soon, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
-			}
-		}
-		later := harvest.MakePlan(obs.Nodes, soon)
+		later := harvest.MakePlan(obs.Nodes, headroomFor(d.Services, func(s ServiceDecision) float64 {
+			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
+		}))
 		for _, o := range deferred {
 			if _, found := at[o.Node]; found {
 				continue
 			}
-			np := horizon.Nodes[o.Node]
-			lent := np.HarvestableGPUs + np.ReclaimGPUs
-			if min(np.ReclaimGPUs, max(0, lent-later.Nodes[o.Node].HarvestableGPUs)) > d.Plan.Nodes[o.Node].ReclaimGPUs {
+			if harvest.JustInTimeReclaim(horizon.Nodes[o.Node], later.Nodes[o.Node]) > d.Plan.Nodes[o.Node].ReclaimGPUs {
 				at[o.Node] = now.Add(step)
 			}
 		}
@@ -547,18 +539,25 @@ func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
 // owingToLoadNow names the nodes that owe lent GPUs to what the services need
 // for their load now, forecast aside: inference is already waiting there.
 func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
-	var headroom []harvest.Headroom
-	for _, s := range d.Services {
-		in := s.in
-		in.ForecastLoad = s.load
-		if need := demand.Assess(in); need.Spare > 0 {
-			headroom = append(headroom, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
-		}
-	}
+	headroom := headroomFor(d.Services, func(s ServiceDecision) float64 { return s.load })
 	out := map[string]bool{}
 	for name, np := range harvest.MakePlan(obs.Nodes, headroom).Nodes {
 		if np.ReclaimGPUs > 0 {
 			out[name] = true
+		}
+	}
+	return out
+}
+
+// headroomFor is the headroom the services need for the load forecast gives
+// each, assessed as this round assessed them.
+func headroomFor(services []ServiceDecision, forecast func(ServiceDecision) float64) []harvest.Headroom {
+	var out []harvest.Headroom
+	for _, s := range services {
+		in := s.in
+		in.ForecastLoad = forecast(s)
+		if need := demand.Assess(in); need.Spare > 0 {
+			out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
 		}
 	}
 	return out
