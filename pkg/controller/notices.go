@@ -54,7 +54,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 				continue
 			}
 			why := noticeWhy(n)
-			if err := c.writeNotice(ctx, p, n.At.UTC().Truncate(time.Second).Format(time.RFC3339), v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
+			if err := c.writeNotice(ctx, p, noticeTime(n.At), v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
 				noticesTotal.WithLabelValues("error").Inc()
 				errs = append(errs, err)
 				continue
@@ -88,8 +88,12 @@ func noticeWhy(n round.Notice) string {
 		who = strings.Join(n.Services, ", ")
 	}
 	return fmt.Sprintf("Expected to be evicted at %s: the GPUs of node %s are forecast to be needed by %s",
-		n.At.UTC().Truncate(time.Second).Format(time.RFC3339), n.Node, who)
+		noticeTime(n.At), n.Node, who)
 }
+
+// noticeTime is a notice's time as the annotation holds it: RFC 3339, UTC,
+// whole seconds.
+func noticeTime(at time.Time) string { return at.UTC().Truncate(time.Second).Format(time.RFC3339) }
 
 // writeNotice sets the pod's notice annotation (at; "" removes it) and its
 // notice condition.

@@ -508,9 +508,7 @@ func argoMergeScope(a, b map[string]string) map[string]string {
 
 func startArgoStep(t *testing.T, step argoStep, env ...string) *process {
 	t.Helper()
-	cmd := exec.Command(step.argv[0], step.argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	return startCommand(t, step.name, cmd)
+	return startProcessEnv(t, step.name, step.argv[0], env, step.argv[1:]...)
 }
 
 // The reference step records each checkpoint's time on its own pod in the

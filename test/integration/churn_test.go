@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -203,12 +201,4 @@ func readHeapInUse(port int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes on port %d", port)
-}
-
-// startBinary runs one of bin's commands with extra environment variables.
-func startBinary(t *testing.T, name, binary string, env []string, args ...string) *process {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	return startCommand(t, name, cmd)
 }

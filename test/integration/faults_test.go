@@ -837,7 +837,7 @@ func startControllerProcess(t *testing.T, bin, name, kubeconfig string, graceCap
 		"--secure-port=0", "--scrape-interval=1s", "--scrape-timeout=500ms", "--open-after=0s",
 		"--max-reclaim-grace=" + graceCap.String(), "--leader-elect-lease-duration=3s",
 		"--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, extra...)
-	return startBinary(t, name, filepath.Join(bin, "gleaner-controller"), env, args...)
+	return startProcessEnv(t, name, filepath.Join(bin, "gleaner-controller"), env, args...)
 }
 
 // startSchedulerProcess runs the gleaner-scheduler binary from bin with the
@@ -850,7 +850,7 @@ func startSchedulerProcess(t *testing.T, bin, name, kubeconfig string, leaderEle
 	config := writeSchedulerConfig(t, shippedSchedulerConfig(t), kubeconfig, map[string]any{
 		"leaderElect": leaderElect, "resourceNamespace": api.SystemNamespace, "resourceName": "gleaner-scheduler",
 		"leaseDuration": "3s", "renewDeadline": "2s", "retryPeriod": "500ms"})
-	p := startBinary(t, name, filepath.Join(bin, "gleaner-scheduler"), env, append([]string{"--config=" + config, "--secure-port=0"}, extra...)...)
+	p := startProcessEnv(t, name, filepath.Join(bin, "gleaner-scheduler"), env, append([]string{"--config=" + config, "--secure-port=0"}, extra...)...)
 	t.Cleanup(func() {
 		if !p.exited() {
 			p.stop(t)

@@ -610,7 +610,15 @@ func (p *process) stop(t *testing.T) {
 
 func startProcess(t *testing.T, name, binary string, args ...string) *process {
 	t.Helper()
-	return startCommand(t, name, exec.Command(binary, args...))
+	return startProcessEnv(t, name, binary, nil, args...)
+}
+
+// startProcessEnv is startProcess with env added to the process's environment.
+func startProcessEnv(t *testing.T, name, binary string, env []string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startCommand(t, name, cmd)
 }
 
 // startCommand starts cmd as a child process whose output is kept, and kills it

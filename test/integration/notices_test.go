@@ -137,7 +137,7 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 	ctx, cancel := context.WithCancel(env.ctx)
 	defer cancel()
 	train := func(steps string) *process {
-		return startBinary(t, "gleaner-train-example", binary, []string{"POD_NAME=job", "POD_NAMESPACE=" + researchNS},
+		return startProcessEnv(t, "gleaner-train-example", binary, []string{"POD_NAME=job", "POD_NAMESPACE=" + researchNS},
 			"train", "--checkpoint-dir="+filepath.Join(dir, "checkpoints"), "--steps="+steps, "--checkpoint-every=0",
 			"--step-delay=2ms", "--notice-file="+annotations, "--kubeconfig="+kubeconfig)
 	}
