@@ -104,3 +104,40 @@ func TestSyncGivesAndWithdrawsReclaimNotices(t *testing.T) {
 		t.Fatalf("condition %+v, want False, withdrawn", c)
 	}
 }
+
+// A tenant's own reclaim-notice annotation moves nothing: only the notices
+// the controller gave hold an eviction. A pod that keeps claiming a notice
+// for 2099 has it withdrawn while nothing needs its GPUs, and is evicted
+// when the controller's own notice says, though the load now never needs it.
+func TestForgedReclaimNoticeHoldsNothing(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1}})
+	forged := testobj.BestEffort("research", "train", "a", 4, t0.Add(-time.Hour))
+	forged.Annotations = map[string]string{api.AnnotationReclaimNotice: "2099-01-01T00:00:00Z"}
+	objs := []runtime.Object{testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), forged, chat(1, nil)}
+	tc.set(t, objs...)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 4, 0, 4)}
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"patch pods train", "patch pods/status train"}; !reflect.DeepEqual(only(writes, "pods", "pods/status", "pods/eviction"), want) {
+		t.Fatalf("writes %v, want the forged notice withdrawn", writes)
+	}
+	// Half a request more every minute (never 16, so inference never waits):
+	// the controller's notice says 4 minutes after the fifth round; the pod
+	// writes its 2099 back before every round.
+	var evictedAt time.Time
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12, 12.5, 13, 13.5, 14, 14.5} {
+		tc.set(t, objs...)
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", load, 0, 4)}
+		now := t0.Add(time.Duration(i+1) * time.Minute)
+		writes, _ = tc.sync(t, now)
+		if len(only(writes, "pods/eviction")) > 0 {
+			evictedAt = now
+			break
+		}
+	}
+	if evictedAt.IsZero() || evictedAt.After(t0.Add(9*time.Minute)) {
+		t.Fatalf("train evicted at %v, want by %v as the controller's notice said, its own 2099 notwithstanding", evictedAt, t0.Add(9*time.Minute))
+	}
+}
