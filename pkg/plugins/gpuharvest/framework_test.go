@@ -113,6 +113,19 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The plugin's node handler runs after the informer's store has synced:
+	// wait until it has seen every node arrive, before any renewal.
+	for _, n := range nodes {
+		for {
+			if _, ok := pl.verdicts.m.Load(n.Name); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the plugin never saw node %s arrive", n.Name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	// A live controller renews its heartbeat every round: renew a recent one
 	// as the scheduler would see it do, often enough for the nodes' verdicts to
 	// be trusted, and wait for the plugin to see each renewal.
