@@ -17,8 +17,10 @@
 //     replicas at once (the traffic model: inference scaled by an autoscaler
 //     of its own, not by Gleaner's); replicas it no longer wants go at once
 //     (pending ones first, then those on the node serving the least inference).
-//  3. Pending replicas bind to a node with GPUsPerReplica GPUs held neither by
-//     inference nor by best-effort pods (the fullest such node). A replica that
+//  3. Pending replicas bind, in the order they were wanted across services (as
+//     kube-scheduler's queue pops pods of equal priority), to a node with
+//     GPUsPerReplica GPUs held neither by inference nor by best-effort pods
+//     (the fullest such node). A replica that
 //     finds none waits; its wait, from the step it was wanted to the step it
 //     binds, is inference wait. A waiting replica is left out of the demand
 //     model's replicas, so the round below keeps headroom for it and reclaims
@@ -51,8 +53,10 @@
 package simulate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -374,6 +378,7 @@ type sim struct {
 	verdicts  []harvest.NodePlan
 	hnodes    []harvest.Node
 
+	waiting     []waitingReplica
 	queue       []*simJob
 	queuedGPUs  int64
 	running     []*simJob
@@ -559,21 +564,44 @@ func (s *sim) bind(svc, node int) {
 	s.svcs[svc].bound = append(s.svcs[svc].bound, node)
 }
 
+// bindPending binds waiting replicas in the order they were wanted, across
+// services, as kube-scheduler's queue pops pods of equal priority: the GPUs an
+// eviction frees go to the replica that has waited longest, not to whichever
+// service comes first.
 func (s *sim) bindPending(t time.Duration) {
+	s.waiting = s.waiting[:0]
 	for i := range s.svcs {
-		sv := &s.svcs[i]
-		k := 0
-		for ; k < len(sv.pending); k++ {
-			n := s.bindNode()
-			if n < 0 {
-				break
-			}
-			s.bind(i, n)
-			s.res.InferenceReplicaStarts++
-			s.wait(t - sv.pending[k])
+		for _, w := range s.svcs[i].pending {
+			s.waiting = append(s.waiting, waitingReplica{svc: i, since: w})
 		}
-		sv.pending = append(sv.pending[:0], sv.pending[k:]...)
 	}
+	if len(s.waiting) == 0 {
+		return
+	}
+	slices.SortStableFunc(s.waiting, func(a, b waitingReplica) int { return cmp.Compare(a.since, b.since) })
+	bound := 0
+	for _, w := range s.waiting {
+		n := s.bindNode()
+		if n < 0 {
+			break
+		}
+		s.bind(w.svc, n)
+		s.res.InferenceReplicaStarts++
+		s.wait(t - w.since)
+		bound++
+	}
+	// Each service's pending replicas are in the order wanted: the bound ones
+	// are its first.
+	for _, w := range s.waiting[:bound] {
+		sv := &s.svcs[w.svc]
+		sv.pending = sv.pending[1:]
+	}
+}
+
+// waitingReplica is a pending replica of service svc, wanted since since.
+type waitingReplica struct {
+	svc   int
+	since time.Duration
 }
 
 // plan runs the controller's planning round (pkg/round) on the virtual

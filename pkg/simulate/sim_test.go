@@ -223,3 +223,31 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal("an unknown policy was accepted")
 	}
 }
+
+// TestReplicasBindInTheOrderWanted: two services on two nodes; node-0000
+// serves both, node-0001 lends its 8 GPUs to two 4-GPU jobs from 120 s.
+// Service b wants a second replica at 540 s, service a at 600 s; each time one
+// job is evicted (no trend: only the load speaks). The GPUs freed at 660 s go
+// to b, which has waited longest, though a comes first: both wait the grace
+// period, 120 s. Bound by service instead, a would take them after 60 s and b
+// would wait 180 s, over the 155 s budget.
+func TestReplicasBindInTheOrderWanted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StepLoad, cfg.NoReplay, cfg.NoTrend, cfg.SampleEvery = true, true, true, 0
+	cfg.Duration = 20 * time.Minute
+	fleet := &Fleet{Window: time.Minute, Services: []ServiceTrace{
+		{Name: "a", Rates: append(repeat(10, 10), repeat(30, 10)...)},
+		{Name: "b", Rates: append(repeat(10, 9), repeat(30, 11)...)},
+	}}
+	jobs := []Job{{Name: "j1", GPUs: 4, Work: 10 * time.Hour}, {Name: "j2", GPUs: 4, Work: 10 * time.Hour}}
+	r, err := Run(cfg, Continuous, fleet, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Nodes != 2 || r.Preemptions != 2 || r.InferenceReplicaStarts != 2 {
+		t.Fatalf("%d nodes, %d preemptions, %d replica starts; want 2, 2, 2", r.Nodes, r.Preemptions, r.InferenceReplicaStarts)
+	}
+	if r.InferenceWaitSeconds != 240 || r.MaxInferenceWaitSeconds != 120 || r.InferenceWaitsOverBudget != 0 {
+		t.Fatalf("waited %g s, longest %g s, %d over budget; want 240 s, 120 s, 0", r.InferenceWaitSeconds, r.MaxInferenceWaitSeconds, r.InferenceWaitsOverBudget)
+	}
+}
