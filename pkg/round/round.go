@@ -475,6 +475,13 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, def
 		out = append(out, Notice{Candidate: c, At: when, Node: o.Node, Services: horizon.HeadroomFor[o.Node]})
 		return nil
 	})
+	// A time that moved by less than the step it is found to stays as given:
+	// what the pod was told is what holds it (holdNoticed).
+	for i := range out {
+		if g, ok := p.noticed[out[i].Pod.UID]; ok && out[i].At.Sub(g.at).Abs() < step0 {
+			out[i].At = g.at
+		}
+	}
 	return out
 }
 

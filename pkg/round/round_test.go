@@ -159,6 +159,34 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	}
 }
 
+// A notice's time found to have moved by less than the step it is found to
+// (a minute here) stays as given: the time the pod was told is the time that
+// holds it.
+func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	lent := job("train", "n1", 4, time.Hour)
+	plan := func(at time.Time, load float64) Decision {
+		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
+			Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
+	}
+	var d Decision
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+	}
+	last := t0.Add(4 * time.Minute)
+	if len(d.Notices) != 1 || !d.Notices[0].At.Equal(last.Add(4*time.Minute)) {
+		t.Fatalf("notices %+v, want train's at %v", d.Notices, last.Add(4*time.Minute))
+	}
+	// Half a minute on, on the same trend, the time found is 4 minutes on
+	// again: 30 s later than given, so the notice keeps its time.
+	d = plan(last.Add(30*time.Second), 12.25)
+	if len(d.Notices) != 1 || !d.Notices[0].At.Equal(last.Add(4*time.Minute)) {
+		t.Fatalf("notices %+v, want train's still at %v", d.Notices, last.Add(4*time.Minute))
+	}
+}
+
 // A noticed pod is evicted before its notice's time when inference already
 // needs its node's GPUs: the load now, not only the forecast.
 func TestPlanEvictsBeforeTheNoticeWhenInferenceWaits(t *testing.T) {
