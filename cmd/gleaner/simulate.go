@@ -149,6 +149,8 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "Scrape and planning interval: the simulation's step.")
 	f.DurationVar(&cfg.GracePeriod, "grace-period", cfg.GracePeriod, "Grace period of evicted best-effort pods.")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Run time between a job's checkpoints.")
+	f.DurationVar(&cfg.CheckpointCost, "checkpoint-cost", cfg.CheckpointCost, "How long a job as large as a node takes to save a checkpoint on a reclaim notice (a smaller job: in proportion to its GPUs); the job makes no progress meanwhile.")
+	f.BoolVar(&cfg.WithoutNotices, "without-notices", false, "Give no reclaim notices, so every eviction comes unannounced (gleaner-controller gives them).")
 	f.DurationVar(&cfg.Horizon, "forecast-horizon", cfg.Horizon, "Reclaim horizon of the demand forecast.")
 	f.DurationVar(&cfg.OpenAfter, "open-after", cfg.OpenAfter, "How long GPUs must stay spare before they are lent (gleaner-controller's default).")
 	f.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", cfg.OpenAfterBackoff, "Flap damping: each drain of a node doubles its open-after, up to this multiple of --open-after; 1 for none (gleaner-controller's default).")

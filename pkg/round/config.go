@@ -47,10 +47,13 @@ type Config struct {
 	WithoutProfile bool
 	// WithoutTrend leaves the trend out of the forecast (a diagnostic).
 	WithoutTrend bool
-	// WithoutNotices skips Decision.Notices (gleaner simulate, which does not
-	// model them yet: finding when each deferred eviction is due re-plans the
-	// pool once a minute of the horizon).
+	// WithoutNotices skips Decision.Notices (a simulation that measures what
+	// notices save).
 	WithoutNotices bool
+	// Oracle, when set, is the exact peak load of a service (by key) over
+	// [from, from+window]: it replaces the trend and the profile. Only gleaner
+	// simulate's oracle policy, which knows the future, sets it.
+	Oracle func(service string, from time.Time, window time.Duration) float64
 }
 
 // DefaultMargin keeps room for 10% more load than forecast.

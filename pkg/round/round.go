@@ -312,12 +312,19 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 			profile = nil
 		}
 		sd.in, sd.load, sd.trend, sd.profile = in, now0.Load, trend, profile
-		sd.Forecast = demand.PeakForecast(now, now0.Load, p.cfg.Horizon, trend, profile)
+		forecast := func(window time.Duration) demand.Forecast {
+			if p.cfg.Oracle != nil {
+				peak := p.cfg.Oracle(s.Key, now, window)
+				return demand.Forecast{Peak: peak, Trend: peak, Profile: peak}
+			}
+			return demand.PeakForecast(now, now0.Load, window, trend, profile)
+		}
+		sd.Forecast = forecast(p.cfg.Horizon)
 		in.ForecastLoad = sd.Forecast.Peak
 		sd.Need = demand.Assess(in)
 		sd.Soon = sd.Need
 		if p.cfg.justInTime() {
-			in.ForecastLoad = demand.PeakForecast(now, now0.Load, p.cfg.ReclaimLead, trend, profile).Peak
+			in.ForecastLoad = forecast(p.cfg.ReclaimLead).Peak
 			sd.Soon = demand.Assess(in)
 		}
 		out = append(out, sd)

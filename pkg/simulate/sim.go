@@ -37,7 +37,8 @@
 //     lends only within NightlyWindows. The round's victims are evicted (every
 //     eviction goes through: a simulated cluster has no PodDisruptionBudgets);
 //     an evicted pod holds its GPUs for the grace period and loses the work
-//     since its last checkpoint (reclaim.LostWork).
+//     since its last completed checkpoint. The round's reclaim notices reach
+//     their jobs at once (as the downward API would, a little later).
 //  5. The scheduler places queued best-effort jobs in queue order on nodes
 //     whose verdict admits them (harvest.Verdict.Fit, GPUHarvest's Filter) and
 //     whose GPUs are free, on the node with the highest harvest.PlacementScore
@@ -49,7 +50,17 @@
 // fall below the fleet's GPU count, and whenever lendable GPUs stay free
 // because every queued job is too big for them, so researchers always have
 // more work queued than the fleet could ever lend, of every size; the trace is
-// replayed from its start when it runs out. Jobs checkpoint every CheckpointInterval of run time.
+// replayed from its start when it runs out.
+//
+// Jobs checkpoint every CheckpointInterval of progress, at no cost (the same
+// with and without notices). A job with a reclaim notice follows the
+// checkpoint contract: it works on and saves a checkpoint timed to complete
+// by the noticed time, if that saves more work than the checkpoint costs and
+// can complete within the grace period after it. The checkpoint takes
+// CheckpointCost x GPUs / GPUsPerNode, during which the job makes no
+// progress: that time counts as lost work. A checkpoint in flight when the
+// job is evicted goes on through the grace period; otherwise nothing is
+// saved on eviction (SIGTERM), with or without notice.
 package simulate
 
 import (
@@ -62,6 +73,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
@@ -83,12 +95,17 @@ const (
 	Continuous Policy = "continuous"
 	// Forecast is Continuous plus each service's learned hour-of-week profile.
 	Forecast Policy = "forecast"
+	// Oracle knows each service's future load exactly: it lends every GPU no
+	// replica will want within the grace period and a step, and evicts just in
+	// time, with no margin and no open-after. No policy can harvest more
+	// without making inference wait: every other policy is read against it.
+	Oracle Policy = "oracle"
 )
 
 // Policies lists every policy, in report order.
-var Policies = []Policy{None, Nightly, Continuous, Forecast}
+var Policies = []Policy{None, Nightly, Continuous, Forecast, Oracle}
 
-// ParsePolicies reads "none", "nightly", "continuous", "forecast" or "all".
+// ParsePolicies reads "none", "nightly", "continuous", "forecast", "oracle" or "all".
 func ParsePolicies(s string) ([]Policy, error) {
 	if s == "all" {
 		return Policies, nil
@@ -98,7 +115,7 @@ func ParsePolicies(s string) ([]Policy, error) {
 			return []Policy{p}, nil
 		}
 	}
-	return nil, fmt.Errorf("policy %q: want none, nightly, continuous, forecast or all", s)
+	return nil, fmt.Errorf("policy %q: want none, nightly, continuous, forecast, oracle or all", s)
 }
 
 // Config is the simulated cluster and Gleaner's settings.
@@ -122,6 +139,15 @@ type Config struct {
 	GracePeriod time.Duration
 	// CheckpointInterval: jobs checkpoint after every this much run time.
 	CheckpointInterval time.Duration
+	// CheckpointCost is how long a job of GPUsPerNode GPUs takes to save a
+	// checkpoint when given a reclaim notice; a job of g GPUs takes
+	// g/GPUsPerNode of it. It makes no progress meanwhile, and that time
+	// counts as lost work. (Periodic checkpoints are taken as instant, as
+	// before: their cost is the same with and without notices.)
+	CheckpointCost time.Duration
+	// WithoutNotices: the planner gives no reclaim notices, so every eviction
+	// comes unannounced (gleaner-controller gives them).
+	WithoutNotices bool
 	// Horizon is the reclaim horizon of the forecast.
 	Horizon time.Duration
 	// OpenAfter is the gate's delay before lending newly spare GPUs.
@@ -137,6 +163,7 @@ type Config struct {
 	ReclaimLead time.Duration
 	// Margin is the demand model's safety margin (the controller's default is 0.1).
 	Margin float64
+
 	// NightlyWindows are the harvest windows of the nightly policy (UTC).
 	NightlyWindows string
 	// ReclaimBudget: a replica that waits longer for GPUs counts as over budget.
@@ -173,6 +200,7 @@ func DefaultConfig() Config {
 		ScrapeInterval:     30 * time.Second,
 		GracePeriod:        120 * time.Second,
 		CheckpointInterval: 30 * time.Minute,
+		CheckpointCost:     3 * time.Minute,
 		Horizon:            demand.DefaultHorizon,
 		OpenAfter:          2 * time.Minute, // gleaner-controller --open-after default
 		OpenAfterBackoff:   harvest.DefaultBackoffLimit,
@@ -198,7 +226,7 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 		OpenAfterRelax:   c.OpenAfterRelax,
 		WithoutProfile:   policy != Forecast,
 		WithoutTrend:     c.NoTrend,
-		WithoutNotices:   true, // not modelled yet: evictions come without notice
+		WithoutNotices:   c.WithoutNotices,
 	}
 	if c.Margin == 0 {
 		r.Margin = -1 // none: the round reads zero as its default
@@ -211,6 +239,10 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 	}
 	switch policy {
 	case None, Continuous, Forecast:
+	case Oracle:
+		// Set by Run, which knows the future.
+		r.Horizon = c.GracePeriod + c.ScrapeInterval
+		r.ReclaimLead, r.Margin, r.OpenAfter, r.OpenAfterBackoff = r.Horizon, -1, 0, 1
 	case Nightly:
 		w, err := harvest.ParseWindows(c.NightlyWindows, "UTC")
 		if err != nil {
@@ -253,6 +285,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("grace period %v: must not be negative", c.GracePeriod)
 	case c.CheckpointInterval <= 0:
 		return fmt.Errorf("checkpoint interval %v: must be positive", c.CheckpointInterval)
+	case c.CheckpointCost < 0:
+		return fmt.Errorf("checkpoint cost %v: must not be negative", c.CheckpointCost)
 	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.PricePerGPUHour < 0:
 		return fmt.Errorf("nodes, open-after, horizon, reclaim lead and price must not be negative")
 	case c.OpenAfterBackoff < 0 || c.OpenAfterRelax < 0:
@@ -311,6 +345,18 @@ type Result struct {
 	LostGPUHours float64 `json:"lostGpuHours"`
 	// Preemptions: best-effort pods evicted.
 	Preemptions int `json:"preemptions"`
+	// NoticedEvictions: preemptions of pods that had a reclaim notice.
+	NoticedEvictions int `json:"noticedEvictions"`
+	// Notices: reclaim notices given; NoticesWithdrawn: taken back.
+	Notices          int `json:"notices"`
+	NoticesWithdrawn int `json:"noticesWithdrawn"`
+	// NoticeLeadP50Seconds, NoticeLeadP10Seconds: notice to eviction, over the
+	// noticed evictions (the median and the shortest tenth).
+	NoticeLeadP50Seconds float64 `json:"noticeLeadP50Seconds"`
+	NoticeLeadP10Seconds float64 `json:"noticeLeadP10Seconds"`
+	// NoticeCheckpointGPUHours: time jobs spent saving checkpoints because of
+	// notices, included in LostGPUHours.
+	NoticeCheckpointGPUHours float64 `json:"noticeCheckpointGpuHours"`
 	// ReclaimedGPUs: GPUs of the evicted pods.
 	ReclaimedGPUs int64 `json:"reclaimedGpus"`
 	// ReclaimedUnusedGPUs: reclaimed GPUs lent again on their node before an
@@ -350,13 +396,36 @@ type simService struct {
 
 type simJob struct {
 	Job
-	name  string
-	node  int           // -1: queued
-	done  time.Duration // work saved by checkpoints
-	start time.Duration // when it (re)started running
+	name string
+	runs int           // runs started; each is a new pod
+	node int           // -1: queued
+	done time.Duration // work saved by checkpoints of earlier runs
+	// The current run: when it started, the time it spent saving notice
+	// checkpoints (no progress), the progress its last completed checkpoint
+	// holds and when that checkpoint completed (start: none yet).
+	start, paused, saved, savedAt time.Duration
+	// A notice checkpoint in flight, from ckptFrom to ckptTo, saving the
+	// progress made by ckptFrom.
+	saving           bool
+	ckptFrom, ckptTo time.Duration
+	// The reclaim notice standing on the pod: for when, since when; jit: the
+	// checkpoint due to complete by noticeAt has started.
+	noticed               bool
+	noticeAt, noticeSince time.Duration
+	jit                   bool
+	noticeRound           int // the last round that gave the notice
 	// evicted: terminating; freeAt is when its GPUs come back.
 	evicted bool
 	freeAt  time.Duration
+}
+
+// progress is the work job j's current run has done by t.
+func (j *simJob) progress(t time.Duration) time.Duration {
+	p := t - j.start - j.paused
+	if j.saving {
+		p -= max(0, min(t, j.ckptTo)-j.ckptFrom)
+	}
+	return p
 }
 
 // sim is one policy's run.
@@ -372,6 +441,7 @@ type sim struct {
 	// as it sees them (their replicas are refilled every step).
 	planner  *round.Planner
 	observed []round.Service
+	index    map[string]int // of each service, by name
 	jobOf    map[*v1.Pod]*simJob
 	// published harvestable GPUs per node, as the Nodes would carry them.
 	published map[string]int64
@@ -386,6 +456,8 @@ type sim struct {
 	submissions int
 
 	res        Result
+	round      int
+	leads      []time.Duration // notice to eviction, of each noticed eviction
 	fleetGPUs  int64
 	lastSample time.Duration
 }
@@ -412,8 +484,14 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 		return Result{}, err
 	}
 	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{},
-		planner: round.New(policyCfg), jobOf: map[*v1.Pod]*simJob{}}
-	for _, svc := range fleet.Services {
+		jobOf: map[*v1.Pod]*simJob{}}
+	if policy == Oracle {
+		policyCfg.Oracle = s.futurePeak
+	}
+	s.planner = round.New(policyCfg)
+	s.index = make(map[string]int, len(fleet.Services))
+	for i, svc := range fleet.Services {
+		s.index[svc.Name] = i
 		s.observed = append(s.observed, round.Service{Key: svc.Name, Declared: true,
 			Settings: demand.Settings{Metric: demand.Requests, TargetLoad: cfg.ReplicaCapacity, GPUsPerReplica: cfg.GPUsPerReplica}})
 	}
@@ -470,6 +548,22 @@ func (s *sim) run() {
 		r.HarvestedFraction = r.HarvestedGPUHours / r.IdleGPUHours
 	}
 	r.Savings = r.HarvestedGPUHours * cfg.PricePerGPUHour
+	if len(s.leads) > 0 {
+		slices.Sort(s.leads)
+		r.NoticeLeadP50Seconds = s.leads[len(s.leads)/2].Seconds()
+		r.NoticeLeadP10Seconds = s.leads[len(s.leads)/10].Seconds()
+	}
+}
+
+// futurePeak is the oracle's forecast: the highest load service wants at the
+// steps in [from, from+window].
+func (s *sim) futurePeak(service string, from time.Time, window time.Duration) float64 {
+	i := s.index[service]
+	var peak float64
+	for t := from.Sub(s.t0); t <= from.Add(window).Sub(s.t0); t += s.cfg.ScrapeInterval {
+		peak = max(peak, s.load(i, t))
+	}
+	return peak
 }
 
 // load is service i's load at t.
@@ -482,10 +576,14 @@ func (s *sim) load(i int, t time.Duration) float64 {
 
 func (s *sim) now(t time.Duration) time.Time { return s.t0.Add(t) }
 
-// release ends grace periods and finished jobs.
+// release ends grace periods and finished jobs, after moving each running
+// job's checkpoints on to t.
 func (s *sim) release(t time.Duration) {
 	kept := s.running[:0]
 	for _, j := range s.running {
+		if !j.evicted {
+			s.checkpoint(j, t)
+		}
 		switch {
 		case j.evicted && j.freeAt <= t:
 			s.nodes[j.node].lent -= j.GPUs
@@ -493,7 +591,7 @@ func (s *sim) release(t time.Duration) {
 			j.node, j.evicted = -1, false
 			s.queue = append(s.queue, j) // retried as a new pod: the back of the queue
 			s.queuedGPUs += j.GPUs
-		case !j.evicted && j.start+j.Work-j.done <= t:
+		case !j.evicted && j.progress(t) >= j.Work-j.done:
 			s.nodes[j.node].lent -= j.GPUs
 			s.res.JobsCompleted++
 		default:
@@ -638,8 +736,9 @@ func (s *sim) plan(t time.Duration) {
 		s.published[n.name] = np.HarvestableGPUs
 	}
 	for _, v := range d.Victims {
-		s.evict(s.jobOf[v.Pod], v.LostWork, t)
+		s.evict(s.jobOf[v.Pod], t)
 	}
+	s.notify(d.Notices, t)
 	clear(s.jobOf)
 }
 
@@ -658,35 +757,134 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 	return out
 }
 
-// evict starts job j's grace period; it loses lost GPU-seconds of work.
-func (s *sim) evict(j *simJob, lost float64, t time.Duration) {
-	j.done += s.lastCheckpoint(j, t) - j.start
+// evict starts job j's grace period: it loses the progress since its last
+// completed checkpoint. A notice checkpoint in flight goes on through the
+// grace period and counts if it completes within it; one not yet started is
+// not started (the job is told to stop before it began).
+func (s *sim) evict(j *simJob, t time.Duration) {
+	if j.saving && j.ckptFrom > t {
+		j.saving = false // due to start later: never started
+	}
+	if j.saving {
+		// The job goes on saving through its grace period.
+		s.checkpointed(j, t, j.ckptTo <= t+s.cfg.GracePeriod)
+	}
+	lost := j.progress(t) - j.saved
+	j.done += j.saved
 	j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
 	s.res.Preemptions++
 	s.res.ReclaimedGPUs += j.GPUs
 	s.nodes[j.node].reclaimed += j.GPUs
 	s.nodes[j.node].returning += j.GPUs
-	s.res.LostGPUHours += lost / 3600
+	s.res.LostGPUHours += float64(j.GPUs) * lost.Hours()
+	if j.noticed {
+		s.res.NoticedEvictions++
+		s.leads = append(s.leads, t-j.noticeSince)
+	}
 }
 
-// lastCheckpoint is when job j last checkpointed in its current run (its
-// start if it has not yet).
-func (s *sim) lastCheckpoint(j *simJob, t time.Duration) time.Duration {
-	ran := t - j.start
-	return j.start + ran/s.cfg.CheckpointInterval*s.cfg.CheckpointInterval
+// checkpoint moves job j's checkpoints on to t: a notice checkpoint in flight
+// that has completed, the periodic ones (every CheckpointInterval of
+// progress, taken as instant), and the one due to complete by the noticed
+// time.
+func (s *sim) checkpoint(j *simJob, t time.Duration) {
+	if j.saving && j.ckptTo <= t {
+		s.checkpointed(j, j.ckptTo, true)
+	}
+	p := j.progress(t)
+	if k := p / s.cfg.CheckpointInterval * s.cfg.CheckpointInterval; k > j.saved {
+		j.saved, j.savedAt = k, t-(p-k)
+	}
+	s.justInTime(j, t)
+}
+
+// justInTime starts, in the step from t, the checkpoint due to complete by
+// the noticed time (at t if that is already too late).
+func (s *sim) justInTime(j *simJob, t time.Duration) {
+	if !j.noticed || j.jit || j.saving {
+		return
+	}
+	c := s.checkpointCost(j)
+	from := j.noticeAt - c
+	if from >= t+s.cfg.ScrapeInterval {
+		return // not in this step
+	}
+	from = max(t, from)
+	j.jit = true
+	// Only a checkpoint that saves more work than it costs, and that can
+	// complete before the job is stopped (its grace period after the noticed
+	// time), is worth taking.
+	if j.progress(from)-j.saved < c || from+c > j.noticeAt+s.cfg.GracePeriod {
+		return
+	}
+	s.startCheckpoint(j, from)
+}
+
+// checkpointCost is how long job j takes to save a checkpoint.
+func (s *sim) checkpointCost(j *simJob) time.Duration {
+	return time.Duration(float64(s.cfg.CheckpointCost) * float64(j.GPUs) / float64(s.cfg.GPUsPerNode))
+}
+
+func (s *sim) startCheckpoint(j *simJob, t time.Duration) {
+	j.saving, j.ckptFrom, j.ckptTo = true, t, t+s.checkpointCost(j)
+}
+
+// checkpointed ends job j's notice checkpoint: completed, or stopped at t by
+// an eviction (completed if it completes within the grace period). The time
+// it took until then counts as lost work, the job made no progress; the time
+// it goes on taking in the grace period does not (no job makes progress
+// there).
+func (s *sim) checkpointed(j *simJob, t time.Duration, completed bool) {
+	held := j.progress(j.ckptFrom)
+	spent := min(t, j.ckptTo) - j.ckptFrom
+	j.saving = false
+	j.paused += spent
+	gpuHours := float64(j.GPUs) * spent.Hours()
+	s.res.LostGPUHours += gpuHours
+	s.res.NoticeCheckpointGPUHours += gpuHours
+	if completed && held > j.saved {
+		j.saved, j.savedAt = held, j.ckptTo
+	}
+}
+
+// notify hands the round's reclaim notices to the jobs. A noticed job works
+// on and checkpoints so as to complete by the noticed time (again if the time
+// moves: the round keeps a time that moved by less than its step), when that
+// saves more work than the checkpoint costs. Notices not given again are
+// withdrawn.
+func (s *sim) notify(notices []round.Notice, t time.Duration) {
+	s.round++
+	for _, n := range notices {
+		j := s.jobOf[n.Pod]
+		at := n.At.Sub(s.t0)
+		if !j.noticed {
+			j.noticed, j.noticeSince, j.noticeAt, j.jit = true, t, at, false
+			s.res.Notices++
+		} else if at != j.noticeAt {
+			j.noticeAt, j.jit = at, false
+		}
+		s.justInTime(j, t)
+		j.noticeRound = s.round
+	}
+	for _, j := range s.running {
+		if j.noticed && !j.evicted && j.noticeRound != s.round {
+			j.noticed = false
+			s.res.NoticesWithdrawn++
+		}
+	}
 }
 
 // pod is job j as the reclaimer sees it at t.
 func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 	start := metav1.NewTime(s.now(j.start))
 	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: j.name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: j.name, UID: types.UID(fmt.Sprintf("%s/%d", j.name, j.runs))},
 		Spec: v1.PodSpec{NodeName: s.nodes[j.node].name, Containers: []v1.Container{{Name: "job",
 			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{api.GPUResource: *resource.NewQuantity(j.GPUs, resource.DecimalSI)}}}}},
 		Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start},
 	}
-	if ck := s.lastCheckpoint(j, t); ck > j.start {
-		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: s.now(ck).Format(time.RFC3339)}
+	if j.savedAt > j.start {
+		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: s.now(j.savedAt).Format(time.RFC3339)}
 	}
 	if j.evicted {
 		// As the API server marks a pod asked to stop: the end of its grace period.
@@ -798,7 +996,8 @@ func (s *sim) place(t time.Duration) bool {
 			}
 			continue
 		}
-		j.node, j.start = best, t
+		j.node, j.runs = best, j.runs+1
+		j.start, j.paused, j.saved, j.savedAt, j.noticed = t, 0, 0, t, false
 		n := &s.nodes[best]
 		n.lent += j.GPUs
 		unused := min(n.reclaimed, j.GPUs)

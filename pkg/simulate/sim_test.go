@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"math"
 	"testing"
 	"time"
@@ -249,5 +250,84 @@ func TestReplicasBindInTheOrderWanted(t *testing.T) {
 	}
 	if r.InferenceWaitSeconds != 240 || r.MaxInferenceWaitSeconds != 120 || r.InferenceWaitsOverBudget != 0 {
 		t.Fatalf("waited %g s, longest %g s, %d over budget; want 240 s, 120 s, 0", r.InferenceWaitSeconds, r.MaxInferenceWaitSeconds, r.InferenceWaitsOverBudget)
+	}
+}
+
+// TestNoticeCheckpoint pins the job's side of a reclaim notice: a 1-GPU job
+// on 8-GPU nodes takes 3 min x 1/8 = 22.5 s to save a checkpoint. It started
+// at 0 and last checkpointed periodically at 1800 s (every 30 min).
+func TestNoticeCheckpoint(t *testing.T) {
+	const cost = 22500 * time.Millisecond
+	tests := []struct {
+		name string
+		// The notice is given at given (0: 2400 s) for noticeAt; the job is
+		// evicted at evictAt (0: not evicted), or the notice is withdrawn at
+		// withdrawAt (0: never).
+		given, noticeAt, evictAt, withdrawAt time.Duration
+		lost, checkpointing           time.Duration // GPU-seconds of each
+	}{{
+		// The checkpoint runs 2977.5..3000 s and saves the progress to 2977.5 s:
+		// evicted at 3000 s, the job loses only the checkpoint's own 22.5 s.
+		name: "evicted at the noticed time loses the checkpoint's time", noticeAt: 3000 * time.Second, evictAt: 3000 * time.Second,
+		lost: cost, checkpointing: cost,
+	}, {
+		// Evicted 30 s after the noticed time: the 30 s worked since are lost too.
+		name: "evicted after the noticed time loses the work since", noticeAt: 3000 * time.Second, evictAt: 3030 * time.Second,
+		lost: cost + 30*time.Second, checkpointing: cost,
+	}, {
+		// Evicted at 2970 s, before the checkpoint was due to start: nothing is
+		// saved since 1800 s, and nothing was spent saving.
+		name: "evicted before the checkpoint began loses the work since the last one", noticeAt: 3000 * time.Second, evictAt: 2970 * time.Second,
+		lost: 1170 * time.Second,
+	}, {
+		// Withdrawn at 2700 s, before the checkpoint was due: it costs nothing.
+		name: "a notice withdrawn in time costs nothing", noticeAt: 3000 * time.Second, withdrawAt: 2700 * time.Second,
+	}, {
+		// Given at 1800 s for 1815 s, the checkpoint would save no work since
+		// the periodic one at 1800 s, for 22.5 s: skipped.
+		name: "a checkpoint that saves less than it costs is skipped", given: 1800 * time.Second, noticeAt: 1815 * time.Second, evictAt: 1830 * time.Second,
+		lost: 30 * time.Second,
+	}, {
+		// Given in the round that evicts: the checkpoint starts at once and
+		// completes within the grace period, saving the 600 s since 1800 s. The
+		// grace period is spent either way: nothing is lost.
+		name: "a checkpoint begun as the eviction comes completes in the grace period", noticeAt: 2400 * time.Second, evictAt: 2400 * time.Second,
+	}, {
+		// Noticed for 2985 s, the checkpoint runs from 2962.5 s; evicted at 2970
+		// s, 7.5 s into it, it completes in the grace period: the 7.5 s spent
+		// before the eviction are lost.
+		name: "a checkpoint under way at the eviction completes in the grace period", noticeAt: 2985 * time.Second, evictAt: 2970 * time.Second,
+		lost: 7500 * time.Millisecond, checkpointing: 7500 * time.Millisecond,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8}}}
+			j := &simJob{Job: Job{Name: "j", GPUs: 1, Work: 100 * time.Hour}, node: 0}
+			s.running = []*simJob{j}
+			step := cfg.ScrapeInterval
+			given := cmp.Or(tt.given, 2400*time.Second)
+			end := max(tt.evictAt, tt.withdrawAt, tt.noticeAt) + 5*time.Minute
+			for now := time.Duration(0); now <= end; now += step {
+				if !j.evicted {
+					s.checkpoint(j, now)
+				}
+				if now == given {
+					j.noticed, j.noticeSince, j.noticeAt = true, now, tt.noticeAt
+					s.justInTime(j, now)
+				}
+				if now == tt.withdrawAt {
+					j.noticed = false
+				}
+				if now == tt.evictAt && !j.evicted {
+					s.evict(j, now)
+				}
+			}
+			lost := time.Duration(s.res.LostGPUHours * float64(time.Hour))
+			spent := time.Duration(s.res.NoticeCheckpointGPUHours * float64(time.Hour))
+			if (lost-tt.lost).Abs() > time.Millisecond || (spent-tt.checkpointing).Abs() > time.Millisecond {
+				t.Fatalf("lost %v of which %v checkpointing; want %v of which %v", lost, spent, tt.lost, tt.checkpointing)
+			}
+		})
 	}
 }
