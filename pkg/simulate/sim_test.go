@@ -183,7 +183,8 @@ func TestAccounting(t *testing.T) {
 // it waits the grace period (120 s) every day: 14 x 120 = 1680 s. Forecast
 // learns the hour in week 1 (waiting like continuous: 7 x 120 s) and in week 2
 // reclaims from 11:45 (the 15-minute horizon touches hour 12), so the replica
-// binds at once: 840 s. Idle GPU-hours do not depend on the policy.
+// binds at once: 840 s. The oracle, which knows the hour, never lets it wait.
+// Idle GPU-hours do not depend on the policy.
 func TestForecastReclaimsAhead(t *testing.T) {
 	rates := make([]float64, 14*24)
 	for i := range rates {
@@ -195,9 +196,9 @@ func TestForecastReclaimsAhead(t *testing.T) {
 	jobs := []Job{{Name: "long", GPUs: 4, Work: 1000 * time.Hour}}
 	cfg, fleet := small(rates...)
 	cfg.NoReplay = false
-	waits := map[Policy]float64{Continuous: 1680, Forecast: 840}
-	var idle []float64
-	for _, p := range []Policy{Continuous, Forecast} {
+	waits := map[Policy]float64{Continuous: 1680, Forecast: 840, Oracle: 0}
+	var idle, harvested []float64
+	for _, p := range []Policy{Continuous, Forecast, Oracle} {
 		r, err := Run(cfg, p, fleet, jobs)
 		if err != nil {
 			t.Fatal(err)
@@ -207,10 +208,20 @@ func TestForecastReclaimsAhead(t *testing.T) {
 				p, r.InferenceWaitSeconds, r.InferenceReplicaStarts, r.InferenceWaitsOverBudget, waits[p])
 		}
 		idle = append(idle, r.IdleGPUHours)
+		harvested = append(harvested, r.HarvestedGPUHours)
 	}
 	// Idle: 4 GPUs for the 23 quiet hours of each of 14 days.
-	if idle[0] != idle[1] || !near(idle[0], 4*23*14) {
-		t.Errorf("idle GPU-hours %v, want %d for both", idle, 4*23*14)
+	if idle[0] != idle[1] || idle[0] != idle[2] || !near(idle[0], 4*23*14) {
+		t.Errorf("idle GPU-hours %v, want %d for each", idle, 4*23*14)
+	}
+	// The oracle lends at once when the hour ends (no open-after) and evicts
+	// at 11:57:30, when its 150 s window (grace period and a step) first
+	// reaches noon: the pod holds the GPUs through its grace period (counted
+	// as harvested) and they are idle only from 11:59:30 until the replica
+	// binds at 12:00. (Continuous harvests a little more, its pod's grace
+	// period after 12:00, while the replica waits for it.)
+	if want := 4 * (23*14*3600 - 14*30.0) / 3600; !near(harvested[2], want) {
+		t.Errorf("harvested GPU-hours %v, want the oracle's %g", harvested, want)
 	}
 }
 
