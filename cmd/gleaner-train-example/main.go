@@ -124,7 +124,7 @@ func run(args []string, stderr io.Writer) int {
 		delay := fs.Duration("step-delay", 0, "sleep after each step, so the toy runs long enough to be preempted")
 		saveTimeout := fs.Duration("save-timeout", 20*time.Second, "time limit for one checkpoint write; keep it below the pod's terminationGracePeriodSeconds")
 		kubeconfig := fs.String("kubeconfig", "", "kubeconfig for annotating this pod outside a cluster; in a cluster the in-cluster config is used")
-		noticeFile := fs.String("notice-file", "", "this pod's annotations as the downward API writes them (e.g. /etc/podinfo/annotations): checkpoint as soon as a reclaim notice ("+api.AnnotationReclaimNotice+") appears or moves, then train on; empty: no watch")
+		noticeFile := fs.String("notice-file", "", "this pod's annotations as the downward API writes them (e.g. /etc/podinfo/annotations): while a reclaim notice ("+api.AnnotationReclaimNotice+") stands, train on and save a checkpoint timed to complete by its time; empty: no watch")
 		if code := parse(fs, args[1:]); code >= 0 {
 			return code
 		}

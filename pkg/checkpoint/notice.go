@@ -49,10 +49,11 @@ func ReadNotice(path string) (time.Time, bool, error) {
 	return time.Time{}, false, sc.Err()
 }
 
-// WatchNotices reads path every interval until ctx ends and sends each new
-// notice on the channel it returns: a notice that appears, or whose time
-// moves. A withdrawn notice sends nothing; one given again afterwards is new.
-// Read errors are passed to onError (when not nil) and change nothing.
+// WatchNotices reads path every interval until ctx ends and sends each change
+// of notice on the channel it returns: the expected eviction time of a notice
+// that appears or whose time moves, and the zero time when a notice is
+// withdrawn. Read errors are passed to onError (when not nil) and change
+// nothing.
 func WatchNotices(ctx context.Context, path string, interval time.Duration, onError func(error)) <-chan time.Time {
 	out := make(chan time.Time, 1)
 	go func() {
@@ -67,8 +68,7 @@ func WatchNotices(ctx context.Context, path string, interval time.Duration, onEr
 				if onError != nil {
 					onError(err)
 				}
-			case !ok:
-				last = time.Time{}
+			case !ok && last.IsZero():
 			case !at.Equal(last):
 				last = at
 				select {

@@ -275,7 +275,7 @@ func TestNoticeCheckpoint(t *testing.T) {
 		// evicted at evictAt (0: not evicted), or the notice is withdrawn at
 		// withdrawAt (0: never).
 		given, noticeAt, evictAt, withdrawAt time.Duration
-		lost, checkpointing           time.Duration // GPU-seconds of each
+		lost, checkpointing                  time.Duration // GPU-seconds of each
 	}{{
 		// The checkpoint runs 2977.5..3000 s and saves the progress to 2977.5 s:
 		// evicted at 3000 s, the job loses only the checkpoint's own 22.5 s.

@@ -60,9 +60,12 @@ type Trainer struct {
 	Checkpoints *checkpoint.Manager
 	// Recorder may be nil.
 	Recorder Recorder
-	// Notices, when not nil, delivers each reclaim notice on this pod
-	// (checkpoint.WatchNotices): the run checkpoints at once and trains on,
-	// so its eviction loses only the steps after it.
+	// Notices, when not nil, delivers the changes of this pod's reclaim
+	// notice (checkpoint.WatchNotices: the expected eviction time, zero when
+	// withdrawn). The run trains on and saves a checkpoint timed to complete
+	// by the noticed time (twice its last save's duration and a second
+	// before it; at once when that is past), so its eviction loses only the
+	// steps after it. A notice withdrawn before then costs nothing.
 	Notices <-chan time.Time
 	Log     *slog.Logger
 	Now     func() time.Time
@@ -126,6 +129,19 @@ func (t *Trainer) Run(ctx context.Context, stop <-chan struct{}) (Result, error)
 		return Result{}, err
 	}
 	lastSaved := int64(-1)
+	var due time.Time            // when to checkpoint for the standing notice; zero: none
+	saveTook := 10 * time.Second // until a save is measured
+	save := func(why string) {
+		if res.Step == lastSaved || res.Step >= t.Config.Steps {
+			return // nothing new to save, or the final save follows
+		}
+		began := t.Now()
+		if err := t.save(ctx, id, res.Step, res.Weights); err != nil {
+			t.Log.Error(why+" checkpoint failed; training on", "step", res.Step, "err", err)
+			return
+		}
+		lastSaved, saveTook = res.Step, t.Now().Sub(began)
+	}
 	if resumed {
 		res.ResumedFrom = res.Step
 		lastSaved = res.Step // the resumed state is already in storage
@@ -140,28 +156,29 @@ func (t *Trainer) Run(ctx context.Context, stop <-chan struct{}) (Result, error)
 		res.Step++
 		select {
 		case at, ok := <-t.Notices:
-			if !ok {
+			switch {
+			case !ok:
 				t.Notices = nil // the watch ended: nothing more to hear
-				break
-			}
-			t.Log.Info("reclaim notice: checkpointing now", "expectedEviction", at, "step", res.Step)
-			if res.Step != lastSaved && res.Step < t.Config.Steps {
-				if err := t.save(ctx, id, res.Step, res.Weights); err != nil {
-					t.Log.Error("checkpoint on notice failed; training on", "step", res.Step, "err", err)
-				} else {
-					lastSaved = res.Step
+			case at.IsZero():
+				if !due.IsZero() {
+					t.Log.Info("reclaim notice withdrawn: no checkpoint for it", "step", res.Step)
 				}
+				due = time.Time{}
+			default:
+				due = at.Add(-2*saveTook - time.Second)
+				t.Log.Info("reclaim notice: checkpointing before the expected eviction", "expectedEviction", at, "checkpointAt", due, "step", res.Step)
 			}
 		default:
 		}
-		if t.Config.CheckpointEvery > 0 && res.Step%t.Config.CheckpointEvery == 0 && res.Step < t.Config.Steps {
+		if !due.IsZero() && !t.Now().Before(due) {
+			due = time.Time{}
+			t.Log.Info("checkpointing for the reclaim notice", "step", res.Step)
+			save("notice")
+		}
+		if t.Config.CheckpointEvery > 0 && res.Step%t.Config.CheckpointEvery == 0 {
 			// A failed periodic save costs only the work since the last good one
 			// if this pod is preempted; stopping here would lose the whole step.
-			if err := t.save(ctx, id, res.Step, res.Weights); err != nil {
-				t.Log.Error("periodic checkpoint failed; training on", "step", res.Step, "err", err)
-			} else {
-				lastSaved = res.Step
-			}
+			save("periodic")
 		}
 		if t.Config.StepDelay > 0 {
 			select {

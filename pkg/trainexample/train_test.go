@@ -198,35 +198,64 @@ func TestStagesThroughStorage(t *testing.T) {
 	}
 }
 
-// A reclaim notice makes the run checkpoint at once and train on: a pod
-// evicted then loses only the steps after the notice.
-func TestNoticeCheckpointsAndTrainsOn(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(400)
-	cfg.CheckpointEvery = 0 // only the notice and the end save
-	tr := newTrainer(t, dir, cfg)
-	notices := make(chan time.Time, 1)
-	tr.Notices = notices
-	var saved []int64
-	tr.Recorder = recorderFunc(func(context.Context, time.Time) error {
-		latest, _, err := tr.Checkpoints.Latest(context.Background())
-		if err != nil || latest == nil {
-			t.Errorf("recorded a checkpoint time with no checkpoint: %v", err)
-			return nil
-		}
-		saved = append(saved, latest.Step)
-		return nil
-	})
-	notices <- time.Now().Add(5 * time.Minute) // there before the first step
-	res, err := tr.Run(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
+// A reclaim notice makes the run save a checkpoint timed to complete by the
+// noticed time, and train on: a pod evicted then loses only the steps after
+// it. A notice withdrawn before then costs no checkpoint.
+func TestNoticeCheckpointsJustInTimeAndTrainsOn(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		notices []time.Time // sent before the run, read one a step
+		// want the notice's checkpoint at a step in [from, to] (0: none), and
+		// one at the end.
+		from, to int64
+	}{
+		{name: "a notice already due checkpoints at once", notices: []time.Time{start}, from: 1, to: 1},
+		// The clock below moves a second each time it is read, once a step
+		// here; until a save is measured it is taken to last 10 s, so the
+		// checkpoint is due 2 x 10 + 1 s before the noticed 200 s: at step 179.
+		{name: "a notice ahead checkpoints before its time", notices: []time.Time{start.Add(200 * time.Second)}, from: 179, to: 179},
+		{name: "a notice withdrawn in time costs nothing", notices: []time.Time{start.Add(200 * time.Second), {}}},
 	}
-	if res.Step != 400 || res.Interrupted || !res.Saved {
-		t.Fatalf("result %+v: want the run trained to the end after the notice", res)
-	}
-	if !slices.Equal(saved, []int64{1, 400}) {
-		t.Fatalf("checkpoints at steps %v, want [1 400]: one on the notice, one at the end", saved)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(400)
+			cfg.CheckpointEvery = 0 // only the notice and the end save
+			tr := newTrainer(t, t.TempDir(), cfg)
+			clock := start
+			tr.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
+			notices := make(chan time.Time, len(tt.notices))
+			for _, n := range tt.notices {
+				notices <- n
+			}
+			tr.Notices = notices
+			var saved []int64
+			tr.Recorder = recorderFunc(func(context.Context, time.Time) error {
+				latest, _, err := tr.Checkpoints.Latest(context.Background())
+				if err != nil || latest == nil {
+					t.Errorf("recorded a checkpoint time with no checkpoint: %v", err)
+					return nil
+				}
+				saved = append(saved, latest.Step)
+				return nil
+			})
+			res, err := tr.Run(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Step != 400 || res.Interrupted || !res.Saved {
+				t.Fatalf("result %+v: want the run trained to the end", res)
+			}
+			if tt.from == 0 {
+				if !slices.Equal(saved, []int64{400}) {
+					t.Fatalf("checkpoints at steps %v, want only the end's", saved)
+				}
+				return
+			}
+			if len(saved) != 2 || saved[0] < tt.from || saved[0] > tt.to || saved[1] != 400 {
+				t.Fatalf("checkpoints at steps %v, want one in [%d, %d] for the notice and one at the end", saved, tt.from, tt.to)
+			}
+		})
 	}
 }
 
