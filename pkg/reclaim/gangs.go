@@ -191,10 +191,17 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 		for _, c := range candidates {
 			switch {
 			case c.Pod.DeletionTimestamp == nil && !gone[c.Pod]:
-				live = append(live, c)
+				// Only a unit with a member on the node can free GPUs there:
+				// a lone pod elsewhere is no use to this node.
+				if c.Pod.Spec.NodeName == o.Node || c.Pod.Labels[api.LabelPodGroup] != "" {
+					live = append(live, c)
+				}
 			case c.Pod.Spec.NodeName == o.Node && !c.Overdue:
 				left -= c.GPUs // on its way back
 			}
+		}
+		if left <= 0 {
+			continue
 		}
 		units := Units(live)
 		for left > 0 && len(units) > 0 {

@@ -214,8 +214,11 @@ func (p *Planner) Plan(obs Observation) Decision {
 	}
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)
 	horizon := d.Plan
+	var lead leadPlan
 	if p.cfg.justInTime() {
-		d.Plan = p.gate.JustInTime(now, d.Plan, harvest.MakePlan(obs.Nodes, soon))
+		soonPlan := harvest.MakePlan(obs.Nodes, soon)
+		d.Plan = p.gate.JustInTime(now, d.Plan, soonPlan)
+		lead = leadPlan{soon, soonPlan}
 	}
 
 	// Nodes owing GPUs now, and those the horizon's forecast will have owe
@@ -256,7 +259,7 @@ func (p *Planner) Plan(obs Observation) Decision {
 			}
 		}
 		if len(deferred) > 0 {
-			d.Notices = p.notices(obs, d, horizon, deferred)
+			d.Notices = p.notices(obs, d, horizon, lead, deferred)
 		}
 		d.Notices = append(d.Notices, held...)
 	}
@@ -440,15 +443,21 @@ func (c Config) noticeStep() time.Duration {
 // to go at the first later round (in steps of noticeStep, as far as the
 // horizon allows) whose forecast over the reclaim lead needs more of its lent
 // GPUs than this round does; by the horizon's end at the latest.
-func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, deferred []reclaim.Owed) []Notice {
+func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lead leadPlan, deferred []reclaim.Owed) []Notice {
 	now := obs.Now
 	latest := now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
 	at := make(map[string]time.Time, len(deferred))
 	step0 := p.cfg.noticeStep()
+	// A later forecast that asks for the headroom of one already planned has
+	// the same plan: start from this round's over the lead.
+	headroom, later := lead.headroom, lead.plan
 	for step := step0; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += step0 {
-		later := harvest.MakePlan(obs.Nodes, headroomFor(d.Services, func(s ServiceDecision) float64 {
+		h := headroomFor(d.Services, func(s ServiceDecision) float64 {
 			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
-		}))
+		})
+		if later.Nodes == nil || !slices.Equal(h, headroom) { // else the same plan again
+			headroom, later = h, harvest.MakePlan(obs.Nodes, h)
+		}
 		for _, o := range deferred {
 			if _, found := at[o.Node]; found {
 				continue
@@ -490,6 +499,12 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, def
 		}
 	}
 	return out
+}
+
+// leadPlan is a round's headroom over the reclaim lead and its plan.
+type leadPlan struct {
+	headroom []harvest.Headroom
+	plan     harvest.Plan
 }
 
 // holdNoticed keeps this round from evicting a pod before the time its notice

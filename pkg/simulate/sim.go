@@ -417,6 +417,11 @@ type simJob struct {
 	// evicted: terminating; freeAt is when its GPUs come back.
 	evicted bool
 	freeAt  time.Duration
+	// pod is the current run's pod as last built, for the checkpoint and
+	// eviction it shows.
+	pod        *v1.Pod
+	podSavedAt time.Duration
+	podEvicted bool
 }
 
 // progress is the work job j's current run has done by t.
@@ -876,6 +881,10 @@ func (s *sim) notify(notices []round.Notice, t time.Duration) {
 
 // pod is job j as the reclaimer sees it at t.
 func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
+	if j.pod != nil && j.podSavedAt == j.savedAt && j.podEvicted == j.evicted {
+		return j.pod // nothing the reclaimer reads has changed
+	}
+	j.podSavedAt, j.podEvicted = j.savedAt, j.evicted
 	start := metav1.NewTime(s.now(j.start))
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: j.name, UID: types.UID(fmt.Sprintf("%s/%d", j.name, j.runs))},
@@ -892,6 +901,7 @@ func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 		grace := int64(s.cfg.GracePeriod / time.Second)
 		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &del, &grace
 	}
+	j.pod = p
 	return p
 }
 
@@ -997,7 +1007,7 @@ func (s *sim) place(t time.Duration) bool {
 			continue
 		}
 		j.node, j.runs = best, j.runs+1
-		j.start, j.paused, j.saved, j.savedAt, j.noticed = t, 0, 0, t, false
+		j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod = t, 0, 0, t, false, nil
 		n := &s.nodes[best]
 		n.lent += j.GPUs
 		unused := min(n.reclaimed, j.GPUs)
