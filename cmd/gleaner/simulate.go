@@ -35,7 +35,9 @@ how long inference replicas waited for lent GPUs.
 Policies: none (lend nothing), nightly (lend only within --nightly-windows,
 UTC), continuous (lend what is spare now; headroom from the load trend),
 forecast (continuous plus each service's hour-of-week profile, learned online
-as the controller learns it), or all.
+as the controller learns it), oracle (knows each service's future load: lends
+every GPU no replica wants within the grace period and evicts just in time;
+the bound to read the others against), or all.
 
 --services: CSV with window_start_s,service,rate_req_per_s (e.g. ServeGen's
 per-client rates): one row per service per window, windows from 0 without
@@ -56,7 +58,11 @@ every queued job is too big for them, so there is always more best-effort work
 than idle GPUs, of every size (the trace's own arrival times are not used;
 it is replayed from the start when it runs out). Jobs checkpoint every
 --checkpoint-interval of run time; a preempted job loses the work since its
-last checkpoint and is retried at the back of the queue.
+last checkpoint and is retried at the back of the queue. A job given a
+reclaim notice saves a checkpoint timed to complete by the noticed time (it
+takes --checkpoint-cost for a whole-node job, in proportion for smaller ones,
+and counts as lost work), so its eviction loses little; --without-notices
+shows the difference.
 
 The defaults are the evaluation defaults: judge every trace with them.`,
 		Example: `  gleaner simulate --policy all
@@ -136,7 +142,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.StringVar(&servicesFile, "services", "", "Per-service request-rate trace (CSV); empty for a synthetic diurnal fleet.")
 	f.StringVar(&jobsFile, "jobs", "", "Best-effort job trace (openb pod-list CSV); empty for a synthetic job mix.")
 	f.IntVar(&days, "days", 14, "Days to simulate.")
-	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast or all.")
+	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast, oracle or all.")
 	f.StringVar(&format, "format", "table", "Output format: table, json or csv.")
 	f.StringVar(&plotFile, "plot", "", "Write a PNG of GPUs serving / lent / idle over time, one panel per policy.")
 	f.BoolVar(&cfg.NoTrend, "no-trend", false, "Diagnostic: leave the load trend out of the forecast (gleaner-controller always uses it).")

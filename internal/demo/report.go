@@ -85,7 +85,13 @@ type report struct {
 
 	submittedJobs, finishedJobs, evictedJobs, retries int
 	usefulWork, lostWork                              float64 // GPU-hours
-	byReclaimer, byPreemption, reservationsPreempted  int
+	// Reclaim notices the jobs saw, the evictions of noticed jobs with their
+	// lead (first notice to eviction, real time), and the work lost by
+	// evictions with and without a notice (GPU-hours).
+	notices, noticedEvictions                        int
+	noticeLeads                                      []time.Duration
+	lostNoticed, lostUnnoticed                       float64
+	byReclaimer, byPreemption, reservationsPreempted int
 
 	reclaimLatency  []time.Duration // eviction to GPUs free, real time
 	infWaits        []time.Duration // inference pod created to bound, real time
@@ -111,6 +117,11 @@ func (r *report) print(w io.Writer) {
 		idle, pct(idle), idle-spare, spare)
 	fmt.Fprintf(w, "  Best-effort work completed           %7.1f  GPU-hours in %d finished jobs (%d submitted)\n", r.usefulWork, r.finishedJobs, r.submittedJobs)
 	fmt.Fprintf(w, "  Work lost to evictions               %7.1f  GPU-hours (since each job's last checkpoint, every %s demo)\n", r.lostWork, clockDuration(r.t.demo(r.t.checkpoint)))
+	unnoticed := r.evictedJobs - r.noticedEvictions
+	fmt.Fprintf(w, "  Reclaim notices seen by jobs         %7d  (%d of the evicted jobs had one, lead p50 %s)\n", r.notices, r.noticedEvictions,
+		clockDuration(r.t.demo(percentile(r.noticeLeads, 50))))
+	fmt.Fprintf(w, "  Work lost, evicted with a notice     %7.1f  GPU-hours over %d evictions (checkpointed for it)\n", r.lostNoticed, r.noticedEvictions)
+	fmt.Fprintf(w, "  Work lost, evicted without notice    %7.1f  GPU-hours over %d evictions\n", r.lostUnnoticed, unnoticed)
 	fmt.Fprintf(w, "  Jobs evicted                         %7d  (pod evictions by gleaner-controller's reclaimer: %d, by scheduler preemption: %d); %d retried\n",
 		r.evictedJobs, r.byReclaimer, r.byPreemption, r.retries)
 	if r.reservationsPreempted > 0 {

@@ -92,6 +92,10 @@ type job struct {
 	running  time.Time // real time all pods ran
 	ckpt     time.Time // real time of the last checkpoint (or start)
 	retries  int
+	// The reclaim notice on its pods (real time; zero: none), since when,
+	// and whether the job checkpointed for it.
+	notice, noticeSince time.Time
+	noticeSaved         bool
 }
 
 func (j *job) gpus() int64 { return int64(j.pods) * j.podGPUs }
@@ -468,8 +472,15 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			if evicted {
 				// Work since the last checkpoint is lost; the rest of a gang goes too.
 				if j.state == jobRunning {
-					lost := s.t.demo(now.Sub(j.ckpt))
-					s.rep.lostWork += lost.Hours() * float64(j.gpus())
+					lost := s.t.demo(now.Sub(j.ckpt)).Hours() * float64(j.gpus())
+					s.rep.lostWork += lost
+					if !j.noticeSince.IsZero() {
+						s.rep.noticedEvictions++
+						s.rep.lostNoticed += lost
+						s.rep.noticeLeads = append(s.rep.noticeLeads, now.Sub(j.noticeSince))
+					} else {
+						s.rep.lostUnnoticed += lost
+					}
 				}
 				s.rep.evictedJobs++
 				j.state = jobEvicted
@@ -478,12 +489,14 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			}
 			if j.state == jobPending && running == j.pods {
 				j.state, j.running, j.ckpt = jobRunning, now, now
+				j.notice, j.noticeSince = time.Time{}, time.Time{}
 			}
 			if j.state == jobPending {
 				waiting[j.kind]++
 				continue
 			}
-			if now.Sub(j.ckpt) >= s.t.checkpoint {
+			s.followNotice(j, pods, now)
+			if forNotice := s.dueForNotice(j, now); forNotice || now.Sub(j.ckpt) >= s.t.checkpoint {
 				j.done += s.t.demo(now.Sub(j.ckpt))
 				j.ckpt = now
 				s.annotateCheckpoint(ctx, j, now)
@@ -519,6 +532,37 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// followNotice reads the reclaim notice on a running job's pods, as its
+// steps would read their own annotations through the downward API.
+func (s *scenario) followNotice(j *job, pods []*v1.Pod, now time.Time) {
+	var at time.Time
+	for _, p := range pods {
+		if t, err := time.Parse(time.RFC3339, p.Annotations[api.AnnotationReclaimNotice]); err == nil && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	switch {
+	case at.IsZero():
+		j.notice, j.noticeSince = time.Time{}, time.Time{} // withdrawn, or none
+	case j.noticeSince.IsZero():
+		j.notice, j.noticeSince, j.noticeSaved = at, now, false
+		s.rep.notices++
+	case !at.Equal(j.notice):
+		j.notice, j.noticeSaved = at, false // moved: save again before the new time
+	}
+}
+
+// dueForNotice reports whether the job should checkpoint now for its notice,
+// as the checkpoint contract asks: timed to complete by the noticed time
+// (its saves take a demo minute here, the annotation is to the second).
+func (s *scenario) dueForNotice(j *job, now time.Time) bool {
+	if j.noticeSince.IsZero() || j.noticeSaved || now.Before(j.notice.Add(-time.Second-s.t.real(time.Minute, 0))) {
+		return false
+	}
+	j.noticeSaved = true
+	return true
 }
 
 // annotateCheckpoint records the checkpoint on the pods, where the reclaimer

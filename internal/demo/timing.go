@@ -16,15 +16,15 @@ type timing struct {
 	day   time.Duration // real length of the demo day
 	scale float64       // demo seconds per real second
 
-	scrape, scrapeTimeout, horizon, trendWindow, openAfter, stableWindow, panicWindow time.Duration
-	graceBestEffort, graceInference                                                   int64 // seconds
-	checkpoint                                                                        time.Duration
+	scrape, scrapeTimeout, horizon, reclaimLead, trendWindow, openAfter, stableWindow, panicWindow time.Duration
+	graceBestEffort, graceInference                                                                int64 // seconds
+	checkpoint                                                                                     time.Duration
 }
 
 // Demo-time settings, as an operator would choose them for a real fleet.
 const (
 	demoScrape       = 5 * time.Minute // what one real second of scraping stands for at the default scale
-	demoHorizon      = 30 * time.Minute
+	demoHorizon      = 45 * time.Minute
 	demoTrendWindow  = 2 * time.Hour
 	demoOpenAfter    = 20 * time.Minute
 	demoStableWindow = time.Hour
@@ -49,6 +49,10 @@ func newTiming(dayMinutes float64) (timing, error) {
 	t.panicWindow = t.real(demoPanicWindow, 2*t.scrape)
 	t.graceBestEffort = int64(math.Ceil(t.real(demoGrace, time.Second).Seconds()))
 	t.graceInference = 1
+	// Evict once the forecast needs the GPUs within a grace period and two
+	// rounds (the time to get them back); between that and the horizon, the
+	// jobs there have reclaim notices.
+	t.reclaimLead = min(t.horizon, time.Duration(t.graceBestEffort)*time.Second+2*t.scrape)
 	t.checkpoint = t.real(demoCheckpoint, 2*time.Second)
 	return t, nil
 }
@@ -78,9 +82,7 @@ func (t timing) controllerFlags() []string {
 		"--scrape-timeout=" + t.scrapeTimeout.String(),
 		"--sync-period=" + t.scrape.String(),
 		"--forecast-horizon=" + t.horizon.String(),
-		// Evict as soon as a node closes: at this compression the one-second
-		// floors of scraping and grace periods leave no room for a shorter lead.
-		"--reclaim-lead=" + t.horizon.String(),
+		"--reclaim-lead=" + t.reclaimLead.String(),
 		"--trend-window=" + t.trendWindow.String(),
 		"--open-after=" + t.openAfter.String(),
 		"--autoscale-stable-window=" + t.stableWindow.String(),
@@ -96,6 +98,7 @@ func (t timing) describe() string {
 	return fmt.Sprintf("Time: 24 h of demo time in %v of real time (1 real second = %s demo).\n", t.day, clockDuration(t.demo(time.Second))) +
 		row("scrape interval and sync period", t.scrape) +
 		row("forecast horizon", t.horizon) +
+		row("reclaim lead (notices before it)", t.reclaimLead) +
 		row("trend window", t.trendWindow) +
 		row("open after (spare GPUs stay spare)", t.openAfter) +
 		row("autoscaler stable window", t.stableWindow) +

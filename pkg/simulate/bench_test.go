@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// BenchmarkServeGen14Days simulates the four policies (concurrently) over the
+// BenchmarkServeGen14Days simulates every policy (concurrently) over the
 // 14-day ServeGen trace of 24 services with the openb job stream, with the
 // evaluation defaults. It reports the wall time per run and, after the last
 // run, writes the results as JSON and the timeline plot to bench/ in the
