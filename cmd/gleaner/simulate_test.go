@@ -18,16 +18,16 @@ func TestSimulateJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &results); err != nil {
 		t.Fatalf("output is not a JSON array: %v\n%s", err, stdout)
 	}
-	if len(results) != 4 {
+	if len(results) != 5 {
 		t.Fatalf("%d results, want one per policy", len(results))
 	}
-	for i, p := range []string{"none", "nightly", "continuous", "forecast"} {
+	for i, p := range []string{"none", "nightly", "continuous", "forecast", "oracle"} {
 		r := results[i]
 		if r["policy"] != p {
 			t.Errorf("result %d is policy %v, want %s", i, r["policy"], p)
 		}
 		for _, k := range []string{"idleGpuHours", "harvestedGpuHours", "harvestedFraction", "lostGpuHours", "preemptions",
-			"inferenceWaitSeconds", "inferenceWaitsOverBudget", "jobsCompleted", "savings"} {
+			"inferenceWaitSeconds", "inferenceWaitsOverBudget", "jobsCompleted", "savings", "noticedEvictions", "noticeLeadP50Seconds"} {
 			if _, ok := r[k].(float64); !ok {
 				t.Errorf("%s: %s is %v, want a number", p, k, r[k])
 			}

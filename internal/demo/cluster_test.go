@@ -71,7 +71,7 @@ func TestComponentArgsFromShippedManifests(t *testing.T) {
 		}
 		return n
 	}
-	if count("--scrape-interval=") != 1 || !slices.Contains(args, "--scrape-interval=1s") || !slices.Contains(args, "--forecast-horizon=5s") {
+	if count("--scrape-interval=") != 1 || !slices.Contains(args, "--scrape-interval=1s") || !slices.Contains(args, "--forecast-horizon=7.5s") || !slices.Contains(args, "--reclaim-lead=4s") {
 		t.Fatalf("controller flags after override: %v", args)
 	}
 	if _, err := componentArgs(objs, "nope", dir, ""); err == nil {

@@ -58,9 +58,13 @@ func TestTimingScalesConsistently(t *testing.T) {
 	if got := tm.demo(tm.day); got != 24*time.Hour {
 		t.Fatalf("the demo day lasts %v of demo time", got)
 	}
-	// 30 demo minutes at 360x are 5 s; 2 h are 20 s.
-	if tm.horizon != 5*time.Second || tm.trendWindow != 20*time.Second {
+	// 45 demo minutes at 360x are 7.5 s; 2 h are 20 s.
+	if tm.horizon != 7500*time.Millisecond || tm.trendWindow != 20*time.Second {
 		t.Fatalf("horizon %v, trend window %v", tm.horizon, tm.trendWindow)
+	}
+	// The reclaim lead: the grace period and two rounds, within the horizon.
+	if tm.reclaimLead != 4*time.Second {
+		t.Fatalf("reclaim lead %v, want 2 s of grace and two 1 s rounds", tm.reclaimLead)
 	}
 	// Floors: a scrape a second at most, whole seconds of grace.
 	if tm.scrape != time.Second || tm.graceBestEffort != 2 {
