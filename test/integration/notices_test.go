@@ -61,9 +61,12 @@ func TestReclaimNotices(t *testing.T) {
 	})
 	env.waitHeartbeatHolder("far-sighted")
 	var noticed *v1.Pod
+	// The annotation and the condition are two writes (metadata, then
+	// status): wait for both.
 	waitFor(t, "a reclaim notice on fill-b-0", 20*time.Second, func() bool {
 		noticed = env.pod(researchNS, "fill-b-0")
-		return noticed.Annotations[api.AnnotationReclaimNotice] != ""
+		c := podCondition(noticed, api.ConditionReclaimNotice)
+		return noticed.Annotations[api.AnnotationReclaimNotice] != "" && c != nil && c.Status == v1.ConditionTrue
 	})
 	at, err := time.Parse(time.RFC3339, noticed.Annotations[api.AnnotationReclaimNotice])
 	if err != nil {
@@ -73,9 +76,6 @@ func TestReclaimNotices(t *testing.T) {
 	// before it, found to the minute.
 	if due := peak.Add(-5 * time.Minute); at.Before(due) || at.After(due.Add(time.Minute)) {
 		t.Errorf("notice at %v, want within a minute after %v", at, due)
-	}
-	if c := podCondition(noticed, api.ConditionReclaimNotice); c == nil || c.Status != v1.ConditionTrue {
-		t.Errorf("condition %+v, want True", c)
 	}
 	ev := env.waitEvent(researchNS, "fill-b-0", controller.ReasonReclaimNotice, "serving/chat", 10*time.Second)
 	time.Sleep(3 * scrapeInterval)
