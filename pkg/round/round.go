@@ -205,12 +205,8 @@ func (p *Planner) Plan(obs Observation) Decision {
 	d := Decision{Services: p.assess(obs)}
 	var headroom, soon []harvest.Headroom
 	for _, s := range d.Services {
-		if s.Need.Spare > 0 {
-			headroom = append(headroom, harvest.Headroom{Service: s.Key, GPUsPerReplica: s.Need.GPUsPerReplica, Replicas: s.Need.Spare})
-		}
-		if s.Soon.Spare > 0 {
-			soon = append(soon, harvest.Headroom{Service: s.Key, GPUsPerReplica: s.Soon.GPUsPerReplica, Replicas: s.Soon.Spare})
-		}
+		headroom = appendHeadroom(headroom, s.Key, s.Need)
+		soon = appendHeadroom(soon, s.Key, s.Soon)
 	}
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)
 	horizon := d.Plan
@@ -585,9 +581,17 @@ func headroomFor(services []ServiceDecision, forecast func(ServiceDecision) floa
 	for _, s := range services {
 		in := s.in
 		in.ForecastLoad = forecast(s)
-		if need := demand.Assess(in); need.Spare > 0 {
-			out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
-		}
+		out = appendHeadroom(out, s.Key, demand.Assess(in))
+	}
+	return out
+}
+
+// appendHeadroom adds the room a service's need keeps for its spare
+// replicas, if any: one form for every plan of a round, so that equal needs
+// give equal headroom (notices reuse a plan when they do).
+func appendHeadroom(out []harvest.Headroom, key string, need demand.Need) []harvest.Headroom {
+	if need.Spare > 0 {
+		out = append(out, harvest.Headroom{Service: key, GPUsPerReplica: need.GPUsPerReplica, Replicas: need.Spare})
 	}
 	return out
 }

@@ -341,7 +341,9 @@ type Result struct {
 	HarvestedGPUHours float64 `json:"harvestedGpuHours"`
 	// HarvestedFraction = HarvestedGPUHours / IdleGPUHours.
 	HarvestedFraction float64 `json:"harvestedFraction"`
-	// LostGPUHours: work lost to preemption since the last checkpoint (reclaim.LostWork).
+	// LostGPUHours: work lost to preemption (the progress since each evicted
+	// job's last completed checkpoint) and the time jobs spent saving
+	// checkpoints for notices.
 	LostGPUHours float64 `json:"lostGpuHours"`
 	// Preemptions: best-effort pods evicted.
 	Preemptions int `json:"preemptions"`
@@ -409,7 +411,8 @@ type simJob struct {
 	saving           bool
 	ckptFrom, ckptTo time.Duration
 	// The reclaim notice standing on the pod: for when, since when; jit: the
-	// checkpoint due to complete by noticeAt has started.
+	// checkpoint due to complete by noticeAt was started or judged not worth
+	// taking.
 	noticed               bool
 	noticeAt, noticeSince time.Duration
 	jit                   bool
