@@ -16,9 +16,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
+	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -180,6 +182,12 @@ func run(args []string) error {
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
+	}
+	// PodGroups are custom resources, which do not speak protobuf.
+	pgCfg := rest.CopyConfig(restCfg)
+	pgCfg.ContentType, pgCfg.AcceptContentTypes = "application/json", "application/json"
+	if f.cfg.PodGroups, err = pgclientset.NewForConfig(pgCfg); err != nil {
+		return fmt.Errorf("PodGroup client: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

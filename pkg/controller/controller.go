@@ -27,6 +27,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+	pginformers "sigs.k8s.io/scheduler-plugins/pkg/generated/informers/externalversions"
+	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -82,6 +85,10 @@ type Config struct {
 	// Heartbeat is the Lease renewed after every round that published every
 	// verdict; gleaner-scheduler lends only while it sees it renewed.
 	Heartbeat HeartbeatLease
+	// PodGroups reads the scheduler-plugins PodGroups, for each gang's quorum
+	// (minMember): an elastic gang sheds members above it instead of going
+	// whole. Nil, or a PodGroup not (yet) seen: the gang goes whole.
+	PodGroups pgclientset.Interface
 	Clock     clock.PassiveClock
 }
 
@@ -177,12 +184,16 @@ type Controller struct {
 	deployments appslisters.DeploymentLister
 	namespaces  corelisters.NamespaceLister
 	synced      []cache.InformerSynced
-	load        loadSource
-	evictor     *reclaim.Evictor
-	broadcast   record.EventBroadcaster
-	recorder    record.EventRecorder
-	planner     *round.Planner
-	heartbeat   *heartbeat
+	// podGroups is nil without Config.PodGroups. Its cache is not waited for:
+	// the CRD may be missing, and a gang whose PodGroup is not seen goes whole.
+	podGroups pglisters.PodGroupLister
+	pgFactory pginformers.SharedInformerFactory
+	load      loadSource
+	evictor   *reclaim.Evictor
+	broadcast record.EventBroadcaster
+	recorder  record.EventRecorder
+	planner   *round.Planner
+	heartbeat *heartbeat
 
 	// State touched only by Sync (and Run after the last Sync).
 	lastSync      time.Time
@@ -220,7 +231,15 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 	namespaces := factory.Core().V1().Namespaces()
 	broadcast := record.NewBroadcaster()
 	recorder := broadcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component})
+	var pgFactory pginformers.SharedInformerFactory
+	var podGroups pglisters.PodGroupLister
+	if cfg.PodGroups != nil {
+		pgFactory = pginformers.NewSharedInformerFactory(cfg.PodGroups, 0)
+		podGroups = pgFactory.Scheduling().V1alpha1().PodGroups().Lister()
+	}
 	return &Controller{
+		podGroups:   podGroups,
+		pgFactory:   pgFactory,
 		cfg:         cfg,
 		client:      client,
 		factory:     factory,
@@ -268,6 +287,10 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	if c.pgFactory != nil {
+		c.pgFactory.Start(ctx.Done())
+		defer c.pgFactory.Shutdown()
+	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan error, 1)
@@ -418,7 +441,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
-			out = append(out, reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace))
+			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace)
+			cand.Quorum = c.gangQuorum(p)
+			out = append(out, cand)
 		}
 		return out
 	}
@@ -644,4 +669,20 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 	}
 	klog.FromContext(ctx).Info("Published harvest verdict", "node", node.Name, "state", v.State, "harvestableGPUs", v.HarvestableGPUs)
 	return nil
+}
+
+// gangQuorum is the minMember of the PodGroup pod belongs to, when its gang's
+// PodGroup is seen and asks for at least one member; 0 otherwise (the gang,
+// if any, goes whole). The PodGroup is the tenant's own: the most it can do
+// is have its own gang shed members it cannot run without.
+func (c *Controller) gangQuorum(pod *v1.Pod) int32 {
+	group := pod.Labels[api.LabelPodGroup]
+	if group == "" || c.podGroups == nil {
+		return 0
+	}
+	pg, err := c.podGroups.PodGroups(pod.Namespace).Get(group)
+	if err != nil || pg.Spec.MinMember < 1 {
+		return 0
+	}
+	return pg.Spec.MinMember
 }

@@ -1,6 +1,7 @@
 package reclaim
 
 import (
+	"slices"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,16 +11,24 @@ import (
 
 // Unit is what is evicted together: one best-effort pod, or every live member
 // of a gang (pods sharing a scheduler-plugins PodGroup label in one namespace,
-// wherever they run). Evicting one member of a gang stops the whole job, so
-// sparing the others would only keep GPUs busy with work that cannot progress.
+// wherever they run). Evicting one member of a rigid gang stops the whole job,
+// so sparing the others would only keep GPUs busy with work that cannot
+// progress. An elastic gang (more live members than its quorum) may instead
+// shed members one at a time, each its own Unit, down to its quorum.
 type Unit struct {
-	// Key is namespace/pod-group for a gang, namespace/name for a lone pod.
+	// Key is namespace/pod-group for a gang, namespace/name for a lone pod,
+	// namespace/pod-group/name for one member an elastic gang sheds.
 	Key     string
 	Members []Candidate
 	// LostWork sums the members' lost work.
 	LostWork float64
 	// Prepared: every member is (Candidate.Prepared).
 	Prepared bool
+
+	// For a member an elastic gang sheds: the gang's Key and how many of its
+	// members may go (live members above the quorum).
+	gang  string
+	spare int
 }
 
 // GPUsOn is the GPUs the unit's members hold on node.
@@ -34,9 +43,13 @@ func (u Unit) GPUsOn(node string) int64 {
 }
 
 // Units groups candidates into eviction units. Pods already terminating are
-// left out: they return their GPUs without another eviction and lose nothing more.
+// left out: they return their GPUs without another eviction and lose nothing
+// more. An elastic gang gives its whole Unit and, besides, one Unit per
+// member it could shed; Choose never takes a gang whole and a member of it,
+// nor more members than the gang can spare.
 func Units(candidates []Candidate) []Unit {
 	byKey := map[string]*Unit{}
+	quorum := map[string]int32{}
 	var keys []string
 	for _, c := range candidates {
 		if c.Pod.DeletionTimestamp != nil {
@@ -51,18 +64,53 @@ func Units(candidates []Candidate) []Unit {
 			u = &Unit{Key: key, Prepared: true}
 			byKey[key] = u
 			keys = append(keys, key)
+			quorum[key] = c.Quorum
 		}
 		u.Members = append(u.Members, c)
 		u.LostWork += c.LostWork
 		u.Prepared = u.Prepared && c.Prepared
+		// Members that disagree (or one that does not know) make the gang rigid.
+		if c.Quorum != quorum[key] {
+			quorum[key] = 0
+		}
 	}
 	sort.Strings(keys)
-	units := make([]Unit, len(keys))
-	for i, k := range keys {
-		units[i] = *byKey[k]
-		sort.Slice(units[i].Members, func(a, b int) bool { return units[i].Members[a].Pod.Name < units[i].Members[b].Pod.Name })
+	units := make([]Unit, 0, len(keys))
+	for _, k := range keys {
+		u := *byKey[k]
+		sort.Slice(u.Members, func(a, b int) bool { return u.Members[a].Pod.Name < u.Members[b].Pod.Name })
+		units = append(units, u)
+		if q := int(quorum[k]); q > 0 && len(u.Members) > q {
+			for _, m := range u.Members {
+				units = append(units, Unit{Key: k + "/" + m.Pod.Name, Members: []Candidate{m}, LostWork: m.LostWork,
+					Prepared: m.Prepared, gang: k, spare: len(u.Members) - q})
+			}
+		}
 	}
 	return units
+}
+
+// allowed reports whether a set of units may be evicted together: no elastic
+// gang both whole and shedding, none shedding more members than it can spare.
+func allowed(units []Unit) bool {
+	shed := map[string]int{}
+	for _, u := range units {
+		if u.gang != "" {
+			shed[u.gang]++
+			if shed[u.gang] > u.spare {
+				return false
+			}
+		}
+	}
+	if len(shed) == 0 {
+		return true
+	}
+	for _, u := range units {
+		if u.gang == "" && shed[u.Key] > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // exhaustiveLimit bounds the exact search; a node holds few units in practice.
@@ -72,8 +120,9 @@ const exhaustiveLimit = 16
 // the set with the least total lost work, counting none for Prepared units
 // (pods that checkpointed after their reclaim notice lose nothing they were
 // not warned of, so they go first), then the fewest pods, then the fewest
-// units. When no set frees enough, every unit that frees something on
-// node is chosen. The result is in eviction order: least lost work first.
+// units. An elastic gang sheds members rather than going whole when that
+// loses less. When no set frees enough, every whole unit that frees something
+// on node is chosen. The result is in eviction order: least lost work first.
 func Choose(units []Unit, node string, owed int64) []Unit {
 	if owed <= 0 {
 		return nil
@@ -95,8 +144,10 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 			if freed >= owed {
 				break
 			}
-			chosen = append(chosen, u)
-			freed += u.GPUsOn(node)
+			if allowed(append(chosen[:len(chosen):len(chosen)], u)) {
+				chosen = append(chosen, u)
+				freed += u.GPUsOn(node)
+			}
 		}
 	}
 	return chosen
@@ -118,9 +169,12 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 	}
 	bestMask, found := 0, false
 	var best cost
+	elastic := slices.ContainsFunc(units, func(u Unit) bool { return u.gang != "" })
+	var set []Unit
 	for mask := 1; mask < 1<<len(units); mask++ {
 		var freed int64
 		var c cost
+		set = set[:0]
 		for i, u := range units {
 			if mask&(1<<i) != 0 {
 				freed += u.GPUsOn(node)
@@ -129,14 +183,15 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 				}
 				c.pods += len(u.Members)
 				c.units++
+				set = append(set, u)
 			}
 		}
-		if freed >= owed && (!found || better(c, best)) {
+		if freed >= owed && (!found || better(c, best)) && (!elastic || allowed(set)) {
 			bestMask, best, found = mask, c, true
 		}
 	}
 	if !found {
-		return units
+		return slices.DeleteFunc(slices.Clone(units), func(u Unit) bool { return u.gang != "" })
 	}
 	var chosen []Unit
 	for i, u := range units {
@@ -204,6 +259,7 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 			continue
 		}
 		units := Units(live)
+		setAside := map[string]bool{}
 		for left > 0 && len(units) > 0 {
 			chosen := Choose(units, o.Node, left)
 			if len(chosen) == 0 {
@@ -215,6 +271,8 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 					if err := evict(m, o); err != nil {
 						errs = append(errs, err)
 						refused = true
+						// Neither this unit nor, for a member it sheds, its gang whole.
+						setAside[u.Key], setAside[u.gang] = true, true
 						continue
 					}
 					gone[m.Pod] = true
@@ -227,18 +285,13 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 			if !refused {
 				break
 			}
-			// Try again without every unit already acted on.
-			acted := map[string]bool{}
+			// Try again without the units refused and the pods gone: an
+			// elastic gang that shed members can spare fewer.
 			for _, u := range chosen {
-				acted[u.Key] = true
+				setAside[u.Key] = true
 			}
-			rest := units[:0:0]
-			for _, u := range units {
-				if !acted[u.Key] {
-					rest = append(rest, u)
-				}
-			}
-			units = rest
+			units = slices.DeleteFunc(Units(slices.DeleteFunc(slices.Clone(live), func(c Candidate) bool { return gone[c.Pod] })),
+				func(u Unit) bool { return setAside[u.Key] })
 		}
 		if left > 0 {
 			stillOwed = append(stillOwed, Owed{Node: o.Node, GPUs: left, Why: o.Why})

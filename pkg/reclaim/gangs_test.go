@@ -2,6 +2,7 @@ package reclaim
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -31,6 +32,14 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 func prepared(c Candidate) Candidate {
 	c.Prepared = true
 	return c
+}
+
+// quorum makes c a member of an elastic gang that needs q members.
+func quorum(q int32, cs ...Candidate) []Candidate {
+	for i := range cs {
+		cs[i].Quorum = q
+	}
+	return cs
 }
 
 func unitKeys(us []Unit) []string {
@@ -120,6 +129,46 @@ func TestChooseVictims(t *testing.T) {
 			want: []string{gangKey + "eval"},
 		},
 		{
+			name: "an elastic gang sheds its members on the node, least lost work first, and keeps running",
+			candidates: append(quorum(2,
+				member("e-0", "n1", "elastic", 2, 20*time.Minute), // 2400
+				member("e-1", "n1", "elastic", 2, 10*time.Minute), // 1200
+				member("e-2", "n2", "elastic", 2, time.Minute),
+				member("e-3", "n2", "elastic", 2, time.Minute)),
+				member("solo", "n1", "", 2, 15*time.Minute)), // 1800
+			owed: 4,
+			want: []string{gangKey + "elastic/e-1", "ml/solo"},
+		},
+		{
+			name: "an elastic gang sheds no more than down to its quorum",
+			candidates: quorum(3,
+				member("e-0", "n1", "elastic", 2, time.Minute),
+				member("e-1", "n1", "elastic", 2, time.Minute),
+				member("e-2", "n2", "elastic", 2, time.Minute),
+				member("e-3", "n2", "elastic", 2, time.Minute)),
+			owed: 4,
+			want: []string{gangKey + "elastic"},
+		},
+		{
+			name: "members above the quorum go before the gang whole, even where the gang is cheap",
+			candidates: quorum(2,
+				member("e-0", "n1", "elastic", 2, time.Minute),
+				member("e-1", "n1", "elastic", 2, time.Minute),
+				member("e-2", "n2", "elastic", 2, time.Minute),
+				member("e-3", "n2", "elastic", 2, time.Minute)),
+			owed: 4,
+			want: []string{gangKey + "elastic/e-0", gangKey + "elastic/e-1"},
+		},
+		{
+			name: "members that disagree on the quorum make the gang rigid",
+			candidates: append(quorum(2,
+				member("e-0", "n1", "elastic", 2, time.Minute),
+				member("e-1", "n2", "elastic", 2, time.Minute)),
+				member("e-2", "n2", "elastic", 2, time.Minute)),
+			owed: 2,
+			want: []string{gangKey + "elastic"},
+		},
+		{
 			name: "not enough on the node: everything that frees GPUs there",
 			candidates: []Candidate{
 				member("a", "n1", "", 2, time.Minute),
@@ -199,6 +248,50 @@ func TestTakeCountsAGangEvictedForOneNodeOnTheNext(t *testing.T) {
 	})
 	if want := []string{"g-0", "g-1"}; !reflect.DeepEqual(tried, want) || len(evicted) != 2 || len(stillOwed) != 0 || len(errs) != 0 {
 		t.Fatalf("evictions %v (evicted %d, still owed %v, errs %v), want %v: n2's GPUs come back with the gang", tried, len(evicted), stillOwed, errs, want)
+	}
+}
+
+// An elastic gang that shed a member for one node can spare one fewer for
+// the next; past its quorum it goes whole. A refused member is not shed again
+// and keeps the gang from going whole.
+func TestTakeShedsElasticGangsDownToTheirQuorum(t *testing.T) {
+	gang := func() []Candidate {
+		return quorum(2,
+			member("e-0", "n1", "elastic", 2, time.Minute),
+			member("e-1", "n2", "elastic", 2, time.Minute),
+			member("e-2", "n3", "elastic", 2, time.Minute),
+			member("e-3", "n3", "elastic", 2, time.Minute))
+	}
+	for _, tt := range []struct {
+		name    string
+		owed    []Owed
+		refuse  string
+		want    []string
+		stillOn []string
+	}{
+		{name: "two nodes, one member each", owed: []Owed{{Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 2}}, want: []string{"e-0", "e-1"}},
+		{name: "a third node takes the gang whole", owed: []Owed{{Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 2}, {Node: "n3", GPUs: 2}},
+			want: []string{"e-0", "e-1", "e-2", "e-3"}},
+		{name: "a refused member stays, and so does its gang", owed: []Owed{{Node: "n3", GPUs: 4}}, refuse: "e-2",
+			want: []string{"e-2", "e-3"}, stillOn: []string{"n3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var tried []string
+			_, stillOwed, _ := Take(tt.owed, gang(), func(m Candidate, _ Owed) error {
+				tried = append(tried, m.Pod.Name)
+				if m.Pod.Name == tt.refuse {
+					return errors.New("refused")
+				}
+				return nil
+			})
+			var still []string
+			for _, o := range stillOwed {
+				still = append(still, o.Node)
+			}
+			if !reflect.DeepEqual(tried, tt.want) || !reflect.DeepEqual(still, tt.stillOn) {
+				t.Fatalf("evictions tried %v, still owed on %v; want %v and %v", tried, still, tt.want, tt.stillOn)
+			}
+		})
 	}
 }
 

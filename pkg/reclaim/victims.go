@@ -24,6 +24,11 @@ type Candidate struct {
 	// evicting it now loses (almost) nothing it was warned about. Victims are
 	// chosen among prepared pods first.
 	Prepared bool
+	// Quorum is, for a gang member, the members its gang needs to keep
+	// running (its PodGroup's minMember): a gang with more
+	// live members is elastic and sheds members above it one at a time. 0
+	// (unknown, or not a gang) evicts a gang whole.
+	Quorum int32
 }
 
 // DefaultMaxGrace caps the grace period of every reclaim: a best-effort pod

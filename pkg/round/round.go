@@ -507,7 +507,8 @@ type leadPlan struct {
 // gave, unless inference already needs its node's GPUs (the node owes GPUs
 // to the load now, not only to the forecast over the lead): the node owes
 // that much less for now, and the victims are chosen again without the pod.
-// Gang members are not held (a gang goes whole). It returns the held pods'
+// Gang members are not held (a rigid gang goes whole; an elastic one counts
+// every running member toward its quorum). It returns the held pods'
 // notices, which stand.
 func (p *Planner) holdNoticed(obs Observation, d *Decision) []Notice {
 	if len(p.noticed) == 0 {

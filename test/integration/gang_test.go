@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
 // installPodGroupCRD creates the PodGroup CRD shipped in manifests/ and waits until it is served.
@@ -46,6 +48,24 @@ func installPodGroupCRD(t *testing.T, cp *controlPlane) {
 		}
 		return false, nil
 	})
+}
+
+// podGroupClient is a PodGroup client of the control plane (CRDs do not speak protobuf).
+func podGroupClient(cp *controlPlane) pgclientset.Interface {
+	cfg := rest.CopyConfig(cp.config)
+	cfg.ContentType = "application/json"
+	return pgclientset.NewForConfigOrDie(cfg)
+}
+
+// createPodGroup creates a PodGroup in the research namespace.
+func (e *harvestEnv) createPodGroup(name string, minMember int32, timeoutSeconds *int32) {
+	e.t.Helper()
+	if _, err := podGroupClient(e.cp).SchedulingV1alpha1().PodGroups(researchNS).Create(context.Background(), &schedv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: researchNS},
+		Spec:       schedv1alpha1.PodGroupSpec{MinMember: minMember, ScheduleTimeoutSeconds: timeoutSeconds},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // TestPodGroupCRDMatchesModule: the CRD shipped in manifests/ is the one of the
@@ -80,16 +100,8 @@ func TestGangAllOrNothing(t *testing.T) {
 	env.create(bestEffortPod("blocker", 8))
 	blockerNode := env.waitBound(researchNS, "blocker", 20*time.Second)
 
-	cfg := rest.CopyConfig(env.cp.config)
-	cfg.ContentType = "application/json" // CRDs do not speak protobuf
-	pgs := pgclientset.NewForConfigOrDie(cfg)
 	timeout := int32(3)
-	if _, err := pgs.SchedulingV1alpha1().PodGroups(researchNS).Create(context.Background(), &schedv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: "train-2x8", Namespace: researchNS},
-		Spec:       schedv1alpha1.PodGroupSpec{MinMember: 2, ScheduleTimeoutSeconds: &timeout},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.createPodGroup("train-2x8", 2, &timeout)
 	for _, name := range []string{"worker-0", "worker-1"} {
 		p := bestEffortPod(name, 8)
 		p.Labels = map[string]string{api.LabelPodGroup: "train-2x8"}
@@ -155,14 +167,7 @@ func TestReclaimPreemptionPolicy(t *testing.T) {
 		env := env.in(t)
 		env.waitVerdict("gpu-a", open(8), 30*time.Second)
 		env.waitVerdict("gpu-b", open(8), 10*time.Second)
-		cfg := rest.CopyConfig(env.cp.config)
-		cfg.ContentType = "application/json"
-		if _, err := pgclientset.NewForConfigOrDie(cfg).SchedulingV1alpha1().PodGroups(researchNS).Create(context.Background(), &schedv1alpha1.PodGroup{
-			ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: researchNS},
-			Spec:       schedv1alpha1.PodGroupSpec{MinMember: 2},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		env.createPodGroup("ddp", 2, nil)
 		for _, name := range []string{"ddp-0", "ddp-1"} {
 			p := bestEffortPod(name, 8)
 			p.Labels = map[string]string{api.LabelPodGroup: "ddp"}
@@ -179,4 +184,65 @@ func TestReclaimPreemptionPolicy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestElasticGangShrinksAndGrowsBack: a gang of 4 whose PodGroup needs 2
+// loses the 2 members on the node inference takes back and keeps running on
+// the other 2; the members its job recreates wait while no GPUs are open,
+// then bind one by one (the gang is past its quorum) when the node opens again.
+func TestElasticGangShrinksAndGrowsBack(t *testing.T) {
+	env := startHarvestEnv(t)
+	chat0 := env.startChat() // gpu-a lends 4 GPUs, gpu-b 8
+	env.createPodGroup("elastic", 2, nil)
+	member := func(name, node string) *v1.Pod {
+		p := bestEffortPod(name, 2)
+		p.Labels = map[string]string{api.LabelPodGroup: "elastic"}
+		if node != "" {
+			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		}
+		return p
+	}
+	for i, node := range []string{"gpu-a", "gpu-a", "gpu-b", "gpu-b"} {
+		env.create(member(fmt.Sprintf("elastic-%d", i), node))
+	}
+	for i := range 4 {
+		env.waitBound(researchNS, fmt.Sprintf("elastic-%d", i), 30*time.Second)
+	}
+	// gpu-b's other 4 GPUs go to a lone job, so nothing is open when gpu-a closes.
+	fillLent(env, "gpu-b", "lone")
+
+	// Chat needs another replica: gpu-a must return its 4 lent GPUs, the two
+	// members there. The gang keeps its quorum on gpu-b.
+	chat0.set(vllmServing, 16, 5, 0.9)
+	for _, name := range []string{"elastic-0", "elastic-1"} {
+		env.waitEvent(researchNS, name, reclaim.ReasonReclaimed, "must return 4 GPUs", 20*time.Second)
+	}
+	time.Sleep(3 * scrapeInterval)
+	for _, name := range []string{"elastic-2", "elastic-3", "lone-0"} {
+		if _, deleted := env.kubelet.deletionGrace(researchNS, name); deleted {
+			t.Fatalf("%s was evicted; want only the members on gpu-a shed, the gang above its quorum", name)
+		}
+	}
+
+	// The job replaces its lost members: they wait while no GPUs are open.
+	env.waitGone(researchNS, "elastic-0", 20*time.Second)
+	env.waitGone(researchNS, "elastic-1", 20*time.Second)
+	for _, name := range []string{"elastic-4", "elastic-5"} {
+		env.create(member(name, ""))
+	}
+	env.assertStaysPending(researchNS, "elastic-4", 3*time.Second)
+
+	// Load recedes: gpu-a opens, and the gang grows back to 4.
+	chat0.set(vllmServing, 0, 0, 0)
+	env.waitVerdict("gpu-a", open(4), 30*time.Second)
+	for _, name := range []string{"elastic-4", "elastic-5"} {
+		if node := env.waitBound(researchNS, name, 30*time.Second); node != "gpu-a" {
+			t.Fatalf("%s bound to %s; want gpu-a, the GPUs that opened", name, node)
+		}
+	}
+	for _, name := range []string{"elastic-2", "elastic-3"} {
+		if p := env.pod(researchNS, name); p.DeletionTimestamp != nil {
+			t.Fatalf("%s is terminating; the gang should have kept running", name)
+		}
+	}
 }

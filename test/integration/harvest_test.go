@@ -122,7 +122,8 @@ func (e *harvestEnv) startControllerOn(client kubernetes.Interface, tweak func(*
 	le := controller.DefaultLeaderElection()
 	le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 3*time.Second, 2*time.Second, 500*time.Millisecond
 	cfg := controller.Config{
-		Metrics: vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
+		Metrics:   vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
+		PodGroups: podGroupClient(e.cp),
 	}
 	if tweak != nil {
 		tweak(&cfg)

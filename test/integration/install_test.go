@@ -157,6 +157,9 @@ func TestInstall(t *testing.T) {
 				// by admission policy) what a PodDisruptionBudget holds past the wait;
 				// never binds pods.
 				{"delete", "", "pods", "", "research", "", true},
+				// Elastic gangs: a PodGroup's minMember, read, never written.
+				{"watch", "scheduling.x-k8s.io", "podgroups", "", "", "", true},
+				{"update", "scheduling.x-k8s.io", "podgroups", "", "research", "", false},
 				// Reclaim notices: patch pods and their status (confined by an
 				// admission policy to the notice's annotation and condition).
 				{"patch", "", "pods", "", "research", "", true},

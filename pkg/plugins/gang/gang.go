@@ -93,14 +93,23 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	pluginmetrics.Register()
-	// The scheduler's connection speaks protobuf, which CRDs do not.
+	client, err := PodGroupClient(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return newWithClient(ctx, args, h, client, clock.RealClock{})
+}
+
+// PodGroupClient is a PodGroup client over the scheduler's connection, in
+// JSON: the scheduler's connection speaks protobuf, which CRDs do not.
+func PodGroupClient(h fwk.Handle) (pgclientset.Interface, error) {
 	cfg := rest.CopyConfig(h.KubeConfig())
 	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
 	client, err := pgclientset.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: PodGroup client: %w", Name, err)
+		return nil, fmt.Errorf("PodGroup client: %w", err)
 	}
-	return newWithClient(ctx, args, h, client, clock.RealClock{})
+	return client, nil
 }
 
 // byGroup indexes the scheduler's pods by namespace/pod group, so a member's

@@ -12,9 +12,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -27,9 +29,12 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	clocktesting "k8s.io/utils/clock/testing"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	pgfake "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned/fake"
 
 	"github.com/gleaner-dev/gleaner/internal/plugintest"
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 )
 
 // These tests run ReclaimPreemption's PostFilter inside the scheduler
@@ -38,6 +43,11 @@ import (
 
 func TestMain(m *testing.M) {
 	metrics.Register()
+	// The PodGroup fake clientset sends no initial-events bookmark, so a
+	// watch-list informer over it never syncs (see the gang plugin's tests).
+	if err := utilfeature.DefaultMutableFeatureGate.Set("WatchListClient=false"); err != nil {
+		panic(err)
+	}
 	os.Exit(m.Run())
 }
 
@@ -98,6 +108,12 @@ type postFilterResult struct {
 
 func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, wantDeleted int) postFilterResult {
 	t.Helper()
+	return runPostFilterWithGroups(t, pod, nodes, pods, nil, wantDeleted)
+}
+
+// runPostFilterWithGroups is runPostFilter with these PodGroups.
+func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, groups []runtime.Object, wantDeleted int) postFilterResult {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	objs := []runtime.Object{pod}
@@ -110,11 +126,16 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 	informerFactory.Policy().V1().PodDisruptionBudgets().Informer()
 	var pl *ReclaimPreemption
 	factory := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		p, err := New(ctx, obj, h)
-		if err == nil {
-			pl = p.(*ReclaimPreemption)
+		var args Args
+		if err := pluginargs.Decode(Name, obj, &args); err != nil {
+			return nil, err
 		}
-		return p, err
+		p, err := newWithPodGroups(ctx, args, h, pgfake.NewClientset(groups...))
+		if err != nil {
+			return nil, err
+		}
+		pl = p
+		return p, nil
 	}
 	snapshot := internalcache.NewSnapshot(pods, nodes)
 	fw, err := tf.NewFramework(ctx, append(plugintest.Upstream(),
@@ -133,6 +154,13 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 		t.Fatal(err)
 	}
 	pl.clock = clocktesting.NewFakePassiveClock(now) // lost work as of the pods' fixed times
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if seen, _ := pl.groups.List(labels.Everything()); len(seen) == len(groups) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the plugin saw %d of %d PodGroups", len(seen), len(groups))
+		}
+	}
 	informerFactory.Start(ctx.Done())
 	informerFactory.WaitForCacheSync(ctx.Done())
 
@@ -195,7 +223,9 @@ func TestFrameworkPostFilter(t *testing.T) {
 		pod   *v1.Pod
 		nodes []*v1.Node
 		pods  []*v1.Pod
-		want  postFilterResult
+		// quorum gives gang "job" a PodGroup with this minMember.
+		quorum int32
+		want   postFilterResult
 	}{{
 		name:  "inference evicts the best-effort pod with the least work to lose",
 		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
@@ -228,6 +258,32 @@ func TestFrameworkPostFilter(t *testing.T) {
 			bound(runningPod("serving", inf, 6, time.Hour, 0), "n2"),
 		},
 		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0", "gang-1"}},
+	}, {
+		name:  "an elastic gang that keeps its quorum loses only the member in the way",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1"), gpuNode("n2")},
+		pods: []*v1.Pod{
+			bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
+			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
+			bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
+			bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
+			bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
+		},
+		quorum: 2,
+		want:   postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0"}},
+	}, {
+		name:  "an elastic gang that would fall below its quorum goes whole",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1"), gpuNode("n2")},
+		pods: []*v1.Pod{
+			bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
+			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
+			bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
+			bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
+			bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
+		},
+		quorum: 3,
+		want:   postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0", "gang-1", "gang-2"}},
 	}, {
 		name:  "pods already terminating will make room: wait for them, evict nothing",
 		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
@@ -274,7 +330,12 @@ func TestFrameworkPostFilter(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := runPostFilter(t, tt.pod, tt.nodes, tt.pods, len(tt.want.deleted))
+			var groups []runtime.Object
+			if tt.quorum > 0 {
+				groups = append(groups, &schedv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: tt.pods[0].Namespace},
+					Spec: schedv1alpha1.PodGroupSpec{MinMember: tt.quorum}})
+			}
+			got := runPostFilterWithGroups(t, tt.pod, tt.nodes, tt.pods, groups, len(tt.want.deleted))
 			sort.Strings(tt.want.deleted)
 			if got.nominated != tt.want.nominated || got.code != tt.want.code || !strings.Contains(got.reason, tt.want.reason) ||
 				strings.Join(got.deleted, ",") != strings.Join(tt.want.deleted, ",") || strings.Join(got.regraced, ",") != strings.Join(tt.want.regraced, ",") {

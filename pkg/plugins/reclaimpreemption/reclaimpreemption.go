@@ -9,6 +9,7 @@ package reclaimpreemption
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -30,8 +31,12 @@ import (
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	"k8s.io/utils/clock"
+	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+	pginformers "sigs.k8s.io/scheduler-plugins/pkg/generated/informers/externalversions"
+	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
@@ -101,6 +106,7 @@ type ReclaimPreemption struct {
 	maxGrace  time.Duration
 	clock     clock.PassiveClock
 	pods      cache.Indexer // the scheduler's pods, indexed terminatingOn
+	groups    pglisters.PodGroupLister
 }
 
 // terminatingOn indexes the scheduler's pods that are terminating by the node
@@ -138,6 +144,19 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	pluginmetrics.Register()
+	client, err := gang.PodGroupClient(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	pl, err := newWithPodGroups(ctx, args, h, client)
+	if err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// newWithPodGroups builds the plugin over a PodGroup client.
+func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgclientset.Interface) (*ReclaimPreemption, error) {
 	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	dp, err := defaultpreemption.New(ctx, &config.DefaultPreemptionArgs{
 		MinCandidateNodesPercentage: *args.MinCandidateNodesPercentage,
@@ -171,6 +190,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		}
 	}
 	pl.pods = pods.GetIndexer()
+	// Each gang's quorum, for elastic gangs. Not waited for: a gang whose
+	// PodGroup is not seen yet goes whole.
+	groups := pginformers.NewSharedInformerFactory(client, 0)
+	pl.groups = groups.Scheduling().V1alpha1().PodGroups().Lister()
+	groups.Start(ctx.Done())
 	return pl, nil
 }
 
@@ -261,7 +285,9 @@ func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, sta
 
 // SelectVictimsOnNode is DefaultPreemption's choice, widened to whole gangs: a
 // member of a scheduler-plugins PodGroup is evicted with every other running
-// member, wherever they run, since a gang missing a member cannot make progress.
+// member, wherever they run, since a gang missing a member cannot make
+// progress; unless the gang is elastic and keeps its quorum without the
+// victims (reclaim.Candidate.Quorum), as the controller's reclaim does.
 func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.CycleState, preemptor *v1.Pod, nodeInfo fwk.NodeInfo,
 	victims []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
 	pods, violations, status := pl.DefaultPreemption.SelectVictimsOnNode(ctx, state, preemptor, nodeInfo, victims, pdbs)
@@ -271,31 +297,58 @@ func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.
 	return pl.withWholeGangs(pods), violations, status
 }
 
-// withWholeGangs adds the running members of every gang that has a pod in victims.
+// withWholeGangs adds the running members of every gang that has a pod in
+// victims and would fall below its quorum without them.
 func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
-	seen := make(map[types.UID]bool, len(victims))
+	chosen := make(map[types.UID]bool, len(victims))
 	for _, p := range victims {
-		seen[p.UID] = true
+		chosen[p.UID] = true
 	}
+	seen := maps.Clone(chosen)
+	done := map[string]bool{}
 	out := victims
 	lister := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister()
 	for _, p := range victims {
 		group := p.Labels[api.LabelPodGroup]
-		if group == "" {
+		if group == "" || done[p.Namespace+"/"+group] {
 			continue
 		}
+		done[p.Namespace+"/"+group] = true
 		members, err := lister.Pods(p.Namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: group}))
 		if err != nil {
 			continue
 		}
+		var running []*v1.Pod
+		staying := 0
 		for _, m := range members {
-			if !seen[m.UID] && m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.IsBestEffort(m, pl.threshold) {
+			if m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.IsBestEffort(m, pl.threshold) {
+				running = append(running, m)
+				if !chosen[m.UID] {
+					staying++
+				}
+			}
+		}
+		if q := pl.quorum(p.Namespace, group); q > 0 && staying >= q {
+			continue // elastic: the rest keep running
+		}
+		for _, m := range running {
+			if !seen[m.UID] {
 				seen[m.UID] = true
 				out = append(out, m)
 			}
 		}
 	}
 	return out
+}
+
+// quorum is the minMember of a gang's PodGroup, 0 when it is not seen or asks
+// for none (the gang goes whole).
+func (pl *ReclaimPreemption) quorum(namespace, group string) int {
+	pg, err := pl.groups.PodGroups(namespace).Get(group)
+	if err != nil || pg.Spec.MinMember < 1 {
+		return 0
+	}
+	return int(pg.Spec.MinMember)
 }
 
 // isEligibleVictim: only best-effort pods are ever taken, and a gang only as a whole.
