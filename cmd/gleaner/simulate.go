@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/simulate"
 )
 
@@ -22,6 +23,7 @@ func newSimulateCommand() *cobra.Command {
 		plotFile     string
 		synthetic    int
 		loadShape    string
+		prom         prometheusFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -48,6 +50,15 @@ interpolated linearly between window middles (--load-shape step holds it
 constant within each window instead). Each service's replicas are sized to its peak window at
 --replica-capacity req/s per replica, and the cluster (--nodes 0) to hold
 them all.
+
+--prometheus: read each service's history from the Prometheus that scrapes
+vLLM instead of a CSV: per --query-step window, the mean of running plus
+waiting requests summed over the service's replicas (the load the controller
+plans on), services named by --group-by, from --since ago to --until. The
+history starts the simulation's clock, so hour-of-week profiles line up with
+the real week. --replica-capacity then defaults to the controller's target
+load (` + fmt.Sprint(demand.DefaultTargetLoad) + ` requests per replica). Gaps and services that
+appear or go midway are reported on stderr.
 
 --jobs: CSV in the openb pod-list format (name,num_gpu,creation_time,
 deletion_time,scheduled_time, seconds); a job's run time is deletion minus
@@ -96,7 +107,22 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			}
 			cfg.Duration = time.Duration(days) * 24 * time.Hour
 			var fleet *simulate.Fleet
-			if servicesFile != "" {
+			if prom.url != "" {
+				if servicesFile != "" {
+					return fmt.Errorf("--prometheus and --services: give one source of inference load")
+				}
+				var notes []string
+				if fleet, notes, err = prom.read(cmd.Context()); err != nil {
+					return fmt.Errorf("--prometheus: %w", err)
+				}
+				for _, n := range notes {
+					fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+				}
+				cfg.Start = prom.from
+				if !cmd.Flags().Changed("replica-capacity") {
+					cfg.ReplicaCapacity = demand.DefaultTargetLoad
+				}
+			} else if servicesFile != "" {
 				if fleet, err = simulate.ReadServices(servicesFile); err != nil {
 					return fmt.Errorf("--services: %w", err)
 				}
@@ -140,6 +166,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&servicesFile, "services", "", "Per-service request-rate trace (CSV); empty for a synthetic diurnal fleet.")
+	prom.add(f)
 	f.StringVar(&jobsFile, "jobs", "", "Best-effort job trace (openb pod-list CSV); empty for a synthetic job mix.")
 	f.IntVar(&days, "days", 14, "Days to simulate.")
 	f.StringVar(&policy, "policy", "all", "none, nightly, continuous, forecast, oracle or all.")

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/internal/promtest"
+	"github.com/gleaner-dev/gleaner/pkg/simulate"
+)
+
+// history is a day of vLLM scrapes, every 30 s, in 10-minute windows from a
+// Monday: chat's replica b restarts at noon (a new series), code appears at
+// 08:00, and summarize's scrapes fail from window 100 to 102. want is each
+// service's load per window as --prometheus must read it: the gap taken at
+// the higher load either side, nothing before code appears.
+func history() (samples []promtest.Sample, want map[string][]float64) {
+	const windows = 144
+	from := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	want = map[string][]float64{"chat": make([]float64, windows), "code": make([]float64, windows), "summarize": make([]float64, windows)}
+	scrape := func(service, pod string, i int, running, waiting float64) {
+		want[service][i] += running + waiting
+		for k := range 20 {
+			at := from.Add(time.Duration(i)*10*time.Minute + 15*time.Second + time.Duration(k)*30*time.Second)
+			for name, v := range map[string]float64{"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting} {
+				samples = append(samples, promtest.Sample{Labels: map[string]string{"__name__": name, "model_name": service, "namespace": "serving", "pod": pod}, T: at, V: v})
+			}
+		}
+	}
+	for i := range windows {
+		scrape("chat", "chat-a", i, float64(3+i%7), float64(i%3))
+		if i < 72 {
+			scrape("chat", "chat-b", i, 2, 0)
+		} else {
+			scrape("chat", "chat-b2", i, float64(i%4), 1)
+		}
+		if i >= 48 {
+			scrape("code", "code-a", i, float64(5+i%4), 1)
+		}
+		if i < 100 || i > 102 {
+			scrape("summarize", "summarize-a", i, float64(4+i%5), 0)
+		}
+	}
+	s := want["summarize"]
+	for i := 100; i <= 102; i++ {
+		s[i] = max(s[99], s[103])
+	}
+	return samples, want
+}
+
+const (
+	historyUntil = "2026-11-24T00:00:00Z"
+	historyFrom  = "2026-11-23T00:00:00Z"
+)
+
+// TestSimulatePrometheusMatchesTheCSV: the history read from Prometheus'
+// query engine gives the loads written, and a simulation over it the same
+// figures as --services over the equivalent CSV.
+func TestSimulatePrometheusMatchesTheCSV(t *testing.T) {
+	samples, want := history()
+	prom := promtest.Start(t, samples)
+
+	from, _ := time.Parse(time.RFC3339, historyFrom)
+	to, _ := time.Parse(time.RFC3339, historyUntil)
+	fleet, notes, err := simulate.ReadPrometheus(context.Background(), simulate.PrometheusQuery{URL: prom.URL, From: from, To: to, Step: 10 * time.Minute, GroupBy: "model_name"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]float64{}
+	for _, s := range fleet.Services {
+		got[s.Name] = s.Rates
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("loads read:\n%v\nwant\n%v", got, want)
+	}
+	for _, n := range []string{
+		"service code: first seen at 2026-11-23T08:00:00Z; no load before",
+		"service summarize: no samples from 2026-11-23T16:40:00Z to 2026-11-23T17:10:00Z (3 windows of 10m0s",
+	} {
+		if !strings.Contains(strings.Join(notes, "\n"), n) {
+			t.Errorf("notes %q lack %q", notes, n)
+		}
+	}
+
+	var csv strings.Builder
+	csv.WriteString("window_start_s,service,rate_req_per_s\n")
+	for i := range 144 {
+		for _, name := range []string{"chat", "code", "summarize"} {
+			fmt.Fprintf(&csv, "%d,%s,%s\n", i*600, name, strconv.FormatFloat(want[name][i], 'g', -1, 64))
+		}
+	}
+	path := filepath.Join(t.TempDir(), "services.csv")
+	if err := os.WriteFile(path, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"simulate", "--days", "1", "--policy", "forecast", "--format", "json"}
+	fromCSV, stderr, code := gleaner(t, append(common, "--services", path, "--replica-capacity", "16")...)
+	if code != 0 {
+		t.Fatalf("--services: exit %d: %s", code, stderr)
+	}
+	fromProm, stderr, code := gleaner(t, append(common, "--prometheus", prom.URL, "--since", "1d", "--until", historyUntil)...)
+	if code != 0 {
+		t.Fatalf("--prometheus: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "note: service code: first seen") {
+		t.Errorf("stderr %q: want the notes", stderr)
+	}
+	if fromProm != fromCSV {
+		t.Fatalf("--prometheus gave\n%s\n--services on the same loads gave\n%s", fromProm, fromCSV)
+	}
+	if !strings.Contains(fromProm, `"harvestedGpuHours"`) {
+		t.Fatalf("no figures in %s", fromProm)
+	}
+}
+
+// TestSimulatePrometheusErrors: what a new user gets wrong, each said plainly.
+func TestSimulatePrometheusErrors(t *testing.T) {
+	samples, _ := history()
+	secured := promtest.Start(t, samples)
+	secured.Token = "right"
+	other := promtest.Start(t, []promtest.Sample{{Labels: map[string]string{"__name__": "up", "job": "node"}, T: time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC), V: 1}})
+	dir := t.TempDir()
+	wrong := filepath.Join(dir, "token")
+	if err := os.WriteFile(wrong, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	right := filepath.Join(dir, "right")
+	if err := os.WriteFile(right, []byte("right\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	window := []string{"--since", "1d", "--until", historyUntil, "--days", "1", "--policy", "none"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prometheus", "http://127.0.0.1:1"}, "http://127.0.0.1:1 cannot be reached"},
+		{[]string{"--prometheus", "prometheus:9090"}, `want an http:// or https:// URL`},
+		{[]string{"--prometheus", secured.URL, "--bearer-token-file", wrong}, "refused the credentials (HTTP 401)"},
+		{[]string{"--prometheus", secured.URL}, "refused the credentials (HTTP 401)"},
+		{[]string{"--prometheus", other.URL}, "no vllm:num_requests_running and vllm:num_requests_waiting series"},
+		{[]string{"--prometheus", secured.URL, "--bearer-token-file", right, "--group-by", "team"}, "some vLLM series have no team label"},
+		{[]string{"--prometheus", secured.URL, "--since", "a while"}, `--since "a while"`},
+		{[]string{"--prometheus", secured.URL, "--services", "x.csv"}, "give one source of inference load"},
+		{[]string{"--prometheus", secured.URL, "--basic-auth-user", "me"}, "--basic-auth-user needs --basic-auth-password-file"},
+	} {
+		args := append(append([]string{"simulate"}, window...), tt.args...)
+		_, stderr, code := gleaner(t, args...)
+		if code != 1 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+	// The right token reads the history.
+	if _, stderr, code := gleaner(t, append(append([]string{"simulate"}, window...), "--prometheus", secured.URL, "--bearer-token-file", right)...); code != 0 {
+		t.Fatalf("with the right token: exit %d: %s", code, stderr)
+	}
+}
