@@ -12,7 +12,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/kubernetes/pkg/controller/deployment"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
 
@@ -98,10 +101,13 @@ func chatDeployment(replicas int32, srv *vllmServer) *appsv1.Deployment {
 	}
 }
 
-// chatReplicas lists the chat pods that are bound and not terminating.
-func (e *harvestEnv) chatReplicas() (bound, pending int) {
+// chatReplicas counts the chat pods that are bound and not terminating.
+func (e *harvestEnv) chatReplicas() (bound, pending int) { return e.replicas("chat") }
+
+// replicas counts service's pods that are bound and not terminating.
+func (e *harvestEnv) replicas(service string) (bound, pending int) {
 	for _, p := range listPods(e.t, e, servingNS) {
-		if p.Labels[api.LabelService] != "chat" || p.DeletionTimestamp != nil {
+		if p.Labels[api.LabelService] != service || p.DeletionTimestamp != nil {
 			continue
 		}
 		if p.Spec.NodeName != "" {
@@ -116,9 +122,14 @@ func (e *harvestEnv) chatReplicas() (bound, pending int) {
 // driveLoad keeps every chat replica reporting an equal share of total
 // running requests, as a load balancer would spread them, until ctx ends.
 func (e *harvestEnv) driveLoad(ctx context.Context, srv *vllmServer, total *int64Value) {
+	e.driveServiceLoad(ctx, "chat", srv, total)
+}
+
+// driveServiceLoad is driveLoad for service's replicas.
+func (e *harvestEnv) driveServiceLoad(ctx context.Context, service string, srv *vllmServer, total *int64Value) {
 	go func() {
 		for ctx.Err() == nil {
-			bound, _ := e.chatReplicas()
+			bound, _ := e.replicas(service)
 			per := 0
 			if bound > 0 {
 				per = (int(total.get()) + bound - 1) / bound
@@ -301,3 +312,47 @@ type int64Value struct{ v atomic.Int64 }
 
 func (i *int64Value) set(n int64) { i.v.Store(n) }
 func (i *int64Value) get() int64  { return i.v.Load() }
+
+// TestExampleInferenceDeployment: examples/inference/vllm-deployment.yaml,
+// applied as shipped with strict field validation, is read by the controller
+// as docs/inference.md says: no annotation refused, and the Deployment scaled
+// by Gleaner on running plus waiting requests at 16 per replica, between its
+// min-replicas and max-replicas. The one change is the metrics port: the
+// test's vLLM server stands in for port 8000 of every replica.
+func TestExampleInferenceDeployment(t *testing.T) {
+	env := startHarvestEnvWith(t, func(e *harvestEnv) { e.startPolicyController() })
+	startWorkloadControllers(t, env.ctx, env)
+	srv := env.vllm("llama-chat")
+	total := &int64Value{}
+	total.set(40) // 44 with the margin: three replicas at 16
+	env.driveServiceLoad(env.ctx, "llama-chat", srv, total)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.client.Discovery()))
+	for _, obj := range readRepoObjects(t, "examples/inference/vllm-deployment.yaml") {
+		if obj.GetKind() == "Deployment" {
+			if err := unstructured.SetNestedField(obj.Object, srv.port(), "spec", "template", "metadata", "annotations", api.AnnotationMetricsPort); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := applyStrict(env.ctx, env.cp, mapper, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scaledTo := func(want int32) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			d, err := env.client.AppsV1().Deployments(servingNS).Get(ctx, "llama-chat", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			bound, _ := env.replicas("llama-chat")
+			return *d.Spec.Replicas == want && bound == int(want), nil
+		}
+	}
+	eventually(t, 60*time.Second, "llama-chat scaled from 2 to 3 replicas for 40 requests", scaledTo(3))
+	total.set(0)
+	eventually(t, 60*time.Second, "llama-chat scaled in to its min-replicas, 1", scaledTo(1))
+	for _, e := range env.events(servingNS, "llama-chat") {
+		if e.Reason == controller.ReasonInvalidAnnotation {
+			t.Fatalf("the example's annotations were refused: %s", e.Message)
+		}
+	}
+}
