@@ -4,6 +4,8 @@
 package api
 
 import (
+	"time"
+
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
@@ -33,6 +35,9 @@ const (
 	LabelHarvest = "gleaner.dev/harvest"
 	// AnnotationHarvestableGPUs is how many of the node's GPUs may be lent (a decimal integer).
 	AnnotationHarvestableGPUs = "gleaner.dev/harvestable-gpus"
+	// AnnotationAvailability is how long an open node's lendable GPUs are
+	// expected to stay lendable (harvest.Availability): "for=1h45m,survive-1h=0.93,survive-4h=0.41".
+	AnnotationAvailability = "gleaner.dev/availability"
 
 	// Per-service settings, read from the annotations of the Deployment that owns
 	// a service's inference pods. An invalid value is reported as an Event on the
@@ -59,6 +64,11 @@ const (
 	// LabelPodGroup is the scheduler-plugins PodGroup label: pods sharing its
 	// value in one namespace are a gang and are evicted together.
 	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+
+	// AnnotationCheckpointInterval is how long a best-effort pod runs between
+	// checkpoints (a Go duration, e.g. "45m"): GPUHarvest's Score places it
+	// where lendable GPUs are likely to stay lent that long.
+	AnnotationCheckpointInterval = "gleaner.dev/checkpoint-interval"
 
 	// AnnotationLastCheckpoint is an RFC 3339 time a best-effort pod writes after each checkpoint.
 	AnnotationLastCheckpoint = "gleaner.dev/last-checkpoint"
@@ -144,4 +154,21 @@ func NodeReady(n *v1.Node) bool {
 // HoldsResources reports whether a pod still occupies its node's resources: bound and not finished.
 func HoldsResources(pod *v1.Pod) bool {
 	return pod.Spec.NodeName != "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
+}
+
+// MaxCheckpointInterval bounds AnnotationCheckpointInterval.
+const MaxCheckpointInterval = 7 * 24 * time.Hour
+
+// CheckpointInterval is the pod's declared time between checkpoints, if it
+// declares a readable one in (0, MaxCheckpointInterval].
+func CheckpointInterval(pod *v1.Pod) (time.Duration, bool) {
+	raw, ok := pod.Annotations[AnnotationCheckpointInterval]
+	if !ok || len(raw) > 32 {
+		return 0, false
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d <= 0 || d > MaxCheckpointInterval {
+		return 0, false
+	}
+	return d, true
 }

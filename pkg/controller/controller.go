@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -474,6 +475,10 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 			errs = append(errs, err)
 		}
 	}
+	// Availability only ranks nodes: it does not hold up the heartbeat.
+	if err := c.publishAvailability(ctx, nodes, d.Availability); err != nil {
+		errs = append(errs, err)
+	}
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
@@ -669,6 +674,28 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 	}
 	klog.FromContext(ctx).Info("Published harvest verdict", "node", node.Name, "state", v.State, "harvestableGPUs", v.HarvestableGPUs)
 	return nil
+}
+
+// publishAvailability writes each open node's availability where it changed,
+// and removes it from the nodes no longer open.
+func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, avail []round.Availability) error {
+	want := make(map[string]*harvest.Availability, len(avail))
+	for _, av := range avail {
+		want[av.Node] = &harvest.Availability{For: av.For, AtLeast: av.For >= round.AvailabilityHorizon,
+			Survive1h: av.Survive[0], Survive4h: av.Survive[1]}
+	}
+	var errs []error
+	for _, n := range nodes {
+		a := want[n.Name]
+		current, has := n.Annotations[api.AnnotationAvailability]
+		if (a == nil && !has) || (a != nil && current == a.String()) {
+			continue
+		}
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, a.MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
+			errs = append(errs, fmt.Errorf("publishing availability on node %s: %w", n.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // gangQuorum is the minMember of the PodGroup pod belongs to, when its gang's

@@ -128,6 +128,12 @@ func (tc *testCluster) set(t *testing.T, objs ...runtime.Object) {
 				if v, err := harvest.ReadNode(cur); err == nil && cur.Labels[api.LabelHarvest] != "" {
 					v.SetOn(obj)
 				}
+				if a, ok := cur.Annotations[api.AnnotationAvailability]; ok {
+					if obj.Annotations == nil {
+						obj.Annotations = map[string]string{}
+					}
+					obj.Annotations[api.AnnotationAvailability] = a
+				}
 				if err := tracker.Update(gvrs["nodes"], obj, ""); err != nil {
 					t.Fatal(err)
 				}
@@ -233,9 +239,16 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One replica of 16 carries 10: no headroom; a has 4 GPUs spare, b lends all 8.
-	if want := []string{"patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+	// One replica of 16 carries 10: no headroom; a has 4 GPUs spare, b lends
+	// all 8. Verdicts first, then (after the heartbeat) both open nodes'
+	// availability: with nothing learned, the forecast's own word.
+	if want := []string{"patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
+	}
+	if n, err := tc.client.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if got := n.Annotations[api.AnnotationAvailability]; got != "for>=4h0m0s,survive-1h=1.00,survive-4h=1.00" {
+		t.Fatalf("a's availability %q", got)
 	}
 	if v := tc.verdict(t, "a"); v != (harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: 4}) {
 		t.Fatalf("a: %+v", v)
@@ -248,7 +261,8 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 	// 60 requests need three more replicas: a's 4 free GPUs hold one, b's 8 the other two.
 	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 44, 4)}
 	writes, _ = tc.sync(t, t0.Add(10*time.Second))
-	if want := []string{"patch nodes a", "patch nodes b", "create pods/eviction job-b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+	// Verdicts, the availability of nodes no longer open removed, the eviction.
+	if want := []string{"patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b", "create pods/eviction job-b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
 	}
 	if v := tc.verdict(t, "b"); v.State != api.HarvestDraining || v.HarvestableGPUs != 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -119,4 +121,76 @@ func planFor(headroom, lent, harvestable int64) NodePlan {
 		np.State = api.HarvestOpen
 	}
 	return np
+}
+
+// Availability is what an open node's lendable GPUs are expected to do: the
+// forecast time until the node next needs any of them back (For; at least
+// that long when AtLeast) and the learned chances that they stay lendable
+// for an hour and for four. gleaner-controller publishes it on open nodes
+// (api.AnnotationAvailability); GPUHarvest's Score reads it.
+type Availability struct {
+	For                  time.Duration
+	AtLeast              bool
+	Survive1h, Survive4h float64
+}
+
+// String is the annotation's value: "for=1h45m0s,survive-1h=0.93,survive-4h=0.41"
+// ("for>=4h0m0s" when AtLeast).
+func (a Availability) String() string {
+	op := "="
+	if a.AtLeast {
+		op = ">="
+	}
+	return fmt.Sprintf("for%s%s,survive-1h=%.2f,survive-4h=%.2f", op, a.For, a.Survive1h, a.Survive4h)
+}
+
+// ReadAvailability reads a node's availability; ok is false when it carries
+// none or one that does not parse (a node whose future is unknown).
+func ReadAvailability(node *v1.Node) (a Availability, ok bool) {
+	raw, found := node.Annotations[api.AnnotationAvailability]
+	if !found || len(raw) > 100 {
+		return Availability{}, false
+	}
+	var seen int
+	for _, kv := range strings.Split(raw, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		var err error
+		switch k {
+		case "for", "for>":
+			a.AtLeast = k == "for>"
+			a.For, err = time.ParseDuration(v)
+			if a.For < 0 {
+				return Availability{}, false
+			}
+		case "survive-1h":
+			a.Survive1h, err = parseProbability(v)
+		case "survive-4h":
+			a.Survive4h, err = parseProbability(v)
+		default:
+			return Availability{}, false
+		}
+		if err != nil {
+			return Availability{}, false
+		}
+		seen++
+	}
+	return a, seen == 3
+}
+
+func parseProbability(s string) (float64, error) {
+	p, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(p >= 0 && p <= 1) {
+		return 0, fmt.Errorf("%q is not a probability", s)
+	}
+	return p, nil
+}
+
+// MergePatch is the JSON merge patch that publishes a on a Node (nil: removes it).
+func (a *Availability) MergePatch() []byte {
+	var value any
+	if a != nil {
+		value = a.String()
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationAvailability: value}}})
+	return patch
 }

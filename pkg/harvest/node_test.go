@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,5 +250,31 @@ func TestSetOnReadsBack(t *testing.T) {
 		if err != nil || got != v || !v.PublishedOn(n) {
 			t.Errorf("SetOn(%+v): read back %+v, %v", v, got, err)
 		}
+	}
+}
+
+// A node's availability reads back as written, and anything else written
+// there (by hand, or half) reads as no availability.
+func TestAvailabilityAnnotation(t *testing.T) {
+	node := func(v string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{api.AnnotationAvailability: v}}}
+	}
+	for _, a := range []Availability{
+		{For: 105 * time.Minute, Survive1h: 0.93, Survive4h: 0.41},
+		{For: 4 * time.Hour, AtLeast: true, Survive1h: 1, Survive4h: 0.9},
+	} {
+		got, ok := ReadAvailability(node(a.String()))
+		if !ok || got != a {
+			t.Errorf("%q read as %+v (%v), want %+v", a.String(), got, ok, a)
+		}
+	}
+	for _, bad := range []string{"", "for=1h", "for=1h,survive-1h=0.5,survive-4h=1.5", "for=-1h,survive-1h=0.5,survive-4h=0.5",
+		"for=1h,survive-1h=NaN,survive-4h=0.5", "for=1h,survive-1h=0.5,survive-4h=0.5,owner=me", "for=soon,survive-1h=0.5,survive-4h=0.5"} {
+		if a, ok := ReadAvailability(node(bad)); ok {
+			t.Errorf("%q read as %+v, want none", bad, a)
+		}
+	}
+	if _, ok := ReadAvailability(&v1.Node{}); ok {
+		t.Error("a node without the annotation has an availability")
 	}
 }

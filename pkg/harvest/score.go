@@ -1,5 +1,7 @@
 package harvest
 
+import "time"
+
 // PlacementNode is what the placement score reads about one node.
 type PlacementNode struct {
 	// HarvestableGPUs is the node's published harvestable GPU count.
@@ -35,4 +37,32 @@ func PlacementScore(n PlacementNode, request int64, wPacking, wIdle, maxScore in
 		idle = maxScore * max(n.AllocatableGPUs-max(n.ServingGPUs, 0), 0) / n.AllocatableGPUs
 	}
 	return (wPacking*packing + wIdle*idle) / (wPacking + wIdle)
+}
+
+// AvailabilityScore is how much a best-effort pod that runs interval between
+// checkpoints prefers a node whose lendable GPUs have availability a, in
+// [0, maxScore]:
+//
+//	survive = the chance the GPUs stay lent for interval: Survive1h up to an
+//	          hour, Survive4h from four, linear between
+//	waste   = Survive4h for a pod that checkpoints within the hour, else 0
+//	score   = maxScore * max(0, survive - waste/5)
+//
+// A pod goes where it is likely to reach its next checkpoint; a short one,
+// among nodes as likely, to those whose GPUs will not stay long, leaving
+// the long windows to long jobs.
+func AvailabilityScore(a Availability, interval time.Duration, maxScore int64) int64 {
+	survive := a.Survive1h
+	switch {
+	case interval >= 4*time.Hour:
+		survive = a.Survive4h
+	case interval > time.Hour:
+		f := float64(interval-time.Hour) / float64(3*time.Hour)
+		survive = a.Survive1h*(1-f) + a.Survive4h*f
+	}
+	var waste float64
+	if interval <= time.Hour {
+		waste = a.Survive4h
+	}
+	return int64(float64(maxScore) * max(0, survive-waste/5))
 }

@@ -1,6 +1,9 @@
 package harvest
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestPlacementScore(t *testing.T) {
 	tests := []struct {
@@ -26,5 +29,26 @@ func TestPlacementScore(t *testing.T) {
 				t.Fatalf("PlacementScore = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestAvailabilityScore(t *testing.T) {
+	short := Availability{For: 75 * time.Minute, Survive1h: 0.9, Survive4h: 0.1}
+	long := Availability{For: 4 * time.Hour, AtLeast: true, Survive1h: 0.95, Survive4h: 0.9}
+	for _, tt := range []struct {
+		name     string
+		a        Availability
+		interval time.Duration
+		want     int64
+	}{
+		{"a 30-minute job: the hour's survival, less a fifth of the four hours'", short, 30 * time.Minute, 88},
+		{"the same job prefers the short window to the long one", long, 30 * time.Minute, 77},
+		{"a 4-hour job: the four hours' survival", short, 4 * time.Hour, 10},
+		{"a 2h30m job: halfway between", long, 150 * time.Minute, 92},
+		{"never below 0", Availability{Survive1h: 0.1, Survive4h: 1}, time.Hour, 0},
+	} {
+		if got := AvailabilityScore(tt.a, tt.interval, 100); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
 	}
 }

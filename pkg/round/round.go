@@ -98,6 +98,9 @@ type Decision struct {
 	Warned map[types.UID]Warning
 	// Scale lists the autoscaled services whose replica count should change.
 	Scale []Scale
+	// Availability is, for each open node, how long its lendable GPUs are
+	// expected to stay lendable (forecast every AvailabilityEvery).
+	Availability []Availability
 }
 
 // Notice is one best-effort pod's warning of its eviction.
@@ -157,6 +160,7 @@ type Planner struct {
 	// noticed are the pods this planner noticed in its last round, by UID:
 	// only its own notices are honoured (a pod's annotation is anyone's to write).
 	noticed map[types.UID]noticed
+	avail   availability
 }
 
 // noticed is a notice as given: for when, and since when.
@@ -260,6 +264,7 @@ func (p *Planner) Plan(obs Observation) Decision {
 		d.Notices = append(d.Notices, held...)
 	}
 	p.rememberNotices(now, d.Notices)
+	d.Availability = p.availabilityOf(obs, d)
 
 	for i, s := range obs.Services {
 		if s.Autoscale == nil {

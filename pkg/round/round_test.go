@@ -1,6 +1,7 @@
 package round
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
 	"strings"
@@ -347,5 +348,77 @@ func TestMarkPrepared(t *testing.T) {
 		if want := c.Pod.Name == "after"; c.Prepared != want {
 			t.Errorf("%s prepared = %v, want %v", c.Pod.Name, c.Prepared, want)
 		}
+	}
+}
+
+// TestAvailability: a service whose learned profile peaks from 12:00 needs
+// both nodes' lendable GPUs then. At 10:00 each open node is forecast to be
+// needed in about two hours and, with nothing learned yet, the survival
+// probabilities are the forecast's own word (an hour: yes; four: no). Rounds
+// every five minutes until 15:00 judge those forecasts: every node given
+// one before the drop lost its GPUs within four hours, and within an hour
+// only those forecast after 10:45.
+func TestAvailability(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+	}
+	var profile demand.Profile
+	profile.Peak[demand.HourOfWeek(t0)], profile.Weeks[demand.HourOfWeek(t0)] = 10, 1
+	peak := t0.Add(2 * time.Hour)
+	profile.Peak[demand.HourOfWeek(peak)], profile.Weeks[demand.HourOfWeek(peak)] = 40, 1 // 3 replicas: 2 more
+	stored, err := json.Marshal(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{OpenAfter: 0, Margin: -1})
+	obs := func(now time.Time) Observation {
+		return Observation{Now: now, Nodes: nodes,
+			Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: string(stored), Replicas: replicas(1, 10, 0),
+				Settings: demand.Settings{TargetLoad: 16}}}}
+	}
+	d := p.Plan(obs(t0))
+	if len(d.Availability) != 2 {
+		t.Fatalf("availability %+v: want both nodes", d.Availability)
+	}
+	for _, av := range d.Availability {
+		if av.For < 90*time.Minute || av.For > 2*time.Hour || av.Survive != [2]float64{1, 0} {
+			t.Fatalf("%+v: want needed in about 2h, survival 1 for an hour and 0 for four (nothing learned yet)", av)
+		}
+	}
+	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(5 * time.Hour)); now = now.Add(AvailabilityEvery) {
+		p.Plan(obs(now))
+	}
+	cal := p.Calibration()
+	frac := func(bs []CalibrationBucket) (hours, survived float64) {
+		for _, b := range bs {
+			hours += b.GPUHours
+			survived += b.Survived * b.GPUHours
+		}
+		return hours, survived / hours
+	}
+	if h, s := frac(cal[1]); h == 0 || s != 0 {
+		t.Errorf("4h: %.1f GPU-h judged, %.2f survived; want some, none survived", h, s)
+	}
+	if h, s := frac(cal[0]); h == 0 || s <= 0 || s >= 1 {
+		t.Errorf("1h: %.1f GPU-h judged, %.2f survived; want some survived and some not", h, s)
+	}
+}
+
+// Harvest windows that close in two hours make that the node's time, and
+// its survival over four hours certain: none.
+func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
+	windows, err := harvest.ParseWindows("00:00-12:00", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{OpenAfter: 0, Margin: -1, Windows: windows})
+	d := p.Plan(Observation{Now: t0, Nodes: []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8}},
+		Services: []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, 1, 0), Settings: demand.Settings{TargetLoad: 16, GPUsPerReplica: 4}}}})
+	if len(d.Availability) != 1 {
+		t.Fatalf("availability %+v, want n1's", d.Availability)
+	}
+	if av := d.Availability[0]; av.For != 2*time.Hour || av.Survive != [2]float64{1, 0} {
+		t.Fatalf("%+v: want 2h, an hour likely (the forecast's word), four hours certainly not", av)
 	}
 }

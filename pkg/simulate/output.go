@@ -59,5 +59,27 @@ func WriteTable(w io.Writer, results []Result) error {
 	for _, r := range results {
 		line(row(r, 1))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeCalibration(w, results)
+}
+
+// writeCalibration writes, per policy and span, the survival probabilities
+// given to open nodes against the fraction of their GPUs that survived.
+func writeCalibration(w io.Writer, results []Result) error {
+	for _, r := range results {
+		for _, c := range r.Availability {
+			fmt.Fprintf(w, "\n%s: lendable GPUs surviving %gh (worst gap %.1f points over buckets with >= 1%% of GPU-hours)\n", r.Policy, c.Hours, c.WorstPoints)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "probability given\tGPU-h\tmean given\tsurvived\t")
+			for _, b := range c.Buckets {
+				fmt.Fprintf(tw, "%.1f-%.1f\t%.0f\t%.3f\t%.3f\t\n", b.From, b.To, b.GPUHours, b.Predicted, b.Survived)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -375,9 +375,37 @@ type Result struct {
 	JobsStarted              int     `json:"jobsStarted"`
 	JobsCompleted            int     `json:"jobsCompleted"`
 	// Savings = HarvestedGPUHours x PricePerGPUHour.
-	Savings         float64  `json:"savings"`
-	PricePerGPUHour float64  `json:"pricePerGpuHour"`
-	Timeline        []Sample `json:"-"`
+	Savings         float64 `json:"savings"`
+	PricePerGPUHour float64 `json:"pricePerGpuHour"`
+	// Availability is the check of the survival probabilities the planner
+	// gives open nodes: per span, what became of the GPUs given each tenth of
+	// probability.
+	Availability []Calibration `json:"availability,omitempty"`
+	Timeline     []Sample      `json:"-"`
+}
+
+// Calibration is how well the survival probabilities over one span held.
+type Calibration struct {
+	Hours   float64                   `json:"hours"`
+	Buckets []round.CalibrationBucket `json:"buckets"`
+	// WorstPoints is the largest gap, in percentage points, between the
+	// probability given and the fraction that survived, over the buckets
+	// holding at least 1% of the GPU-hours.
+	WorstPoints float64 `json:"worstPoints"`
+}
+
+func newCalibration(span time.Duration, buckets []round.CalibrationBucket) Calibration {
+	c := Calibration{Hours: span.Hours(), Buckets: buckets}
+	var total float64
+	for _, b := range buckets {
+		total += b.GPUHours
+	}
+	for _, b := range buckets {
+		if b.GPUHours >= total/100 {
+			c.WorstPoints = max(c.WorstPoints, 100*math.Abs(b.Predicted-b.Survived))
+		}
+	}
+	return c
 }
 
 type simNode struct {
@@ -556,6 +584,11 @@ func (s *sim) run() {
 		r.HarvestedFraction = r.HarvestedGPUHours / r.IdleGPUHours
 	}
 	r.Savings = r.HarvestedGPUHours * cfg.PricePerGPUHour
+	for h, buckets := range s.planner.Calibration() {
+		if len(buckets) > 0 {
+			r.Availability = append(r.Availability, newCalibration(round.SurvivalHorizons[h], buckets))
+		}
+	}
 	if len(s.leads) > 0 {
 		slices.Sort(s.leads)
 		r.NoticeLeadP50Seconds = s.leads[len(s.leads)/2].Seconds()

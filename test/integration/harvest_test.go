@@ -24,6 +24,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -344,6 +345,20 @@ func open(n int64) harvest.Verdict {
 func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 	env := startHarvestEnv(t)
 	chat0 := env.startChat()
+
+	t.Run("open nodes carry the availability of their lendable GPUs", func(t *testing.T) {
+		// chat has no profile yet and a flat load: nothing is forecast to need
+		// gpu-b within four hours, and nothing is learned, so the forecast's word.
+		want := harvest.Availability{For: round.AvailabilityHorizon, AtLeast: true, Survive1h: 1, Survive4h: 1}
+		eventually(t, 10*time.Second, "gpu-b's availability", func(ctx context.Context) (bool, error) {
+			n, err := env.client.CoreV1().Nodes().Get(ctx, "gpu-b", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			a, ok := harvest.ReadAvailability(n)
+			return ok && a == want, nil
+		})
+	})
 
 	t.Run("unknown endpoint keeps its service's GPUs", func(t *testing.T) {
 		env := env.in(t)

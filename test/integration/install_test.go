@@ -251,7 +251,7 @@ func TestInstall(t *testing.T) {
 			_, err := controllerClient.CoreV1().Nodes().Patch(ctx, "vap-node", types.MergePatchType, []byte(body), metav1.PatchOptions{})
 			return err
 		}
-		if err := patch(`{"metadata":{"labels":{"gleaner.dev/harvest":"open"},"annotations":{"gleaner.dev/harvestable-gpus":"8"}}}`); err != nil {
+		if err := patch(`{"metadata":{"labels":{"gleaner.dev/harvest":"open"},"annotations":{"gleaner.dev/harvestable-gpus":"8","gleaner.dev/availability":"for=1h0m0s,survive-1h=0.50,survive-4h=0.10"}}}`); err != nil {
 			t.Errorf("gleaner-controller publishing a verdict: %v", err)
 		}
 		for _, body := range []string{

@@ -19,7 +19,7 @@ type Args struct {
 	// saw the Lease renewed (on its own clock) the heartbeat counts as stale,
 	// instead of the Lease's own leaseDurationSeconds.
 	HeartbeatTimeoutSeconds *int32 `json:"heartbeatTimeoutSeconds,omitempty"`
-	// ScoreWeights weigh Score's two parts. Default 1 and 1.
+	// ScoreWeights weigh Score's parts. Default 1, 1 and 1.
 	ScoreWeights ScoreWeights `json:"scoreWeights,omitempty"`
 }
 
@@ -30,6 +30,11 @@ type ScoreWeights struct {
 	// IdleWindow favours nodes that serve less inference, whose GPUs the planner
 	// takes back last.
 	IdleWindow *int32 `json:"idleWindow,omitempty"`
+	// Availability favours, for a pod that declares its checkpoint interval
+	// (annotation gleaner.dev/checkpoint-interval), nodes whose lendable GPUs
+	// are likely to stay lent that long (the controller's
+	// gleaner.dev/availability); short jobs go to short windows.
+	Availability *int32 `json:"availability,omitempty"`
 }
 
 // LeaseRef names a Lease.
@@ -55,6 +60,9 @@ func (a *Args) Default() {
 	if a.ScoreWeights.IdleWindow == nil {
 		a.ScoreWeights.IdleWindow = new(int32(1))
 	}
+	if a.ScoreWeights.Availability == nil {
+		a.ScoreWeights.Availability = new(int32(1))
+	}
 }
 
 // Validate checks defaulted args.
@@ -70,7 +78,7 @@ func (a *Args) Validate(path *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(path.Child("heartbeatTimeoutSeconds"), *t, "must be greater than 0 (omit it to use the Lease's duration)"))
 	}
 	w := a.ScoreWeights
-	for name, v := range map[string]int32{"packing": *w.Packing, "idleWindow": *w.IdleWindow} {
+	for name, v := range map[string]int32{"packing": *w.Packing, "idleWindow": *w.IdleWindow, "availability": *w.Availability} {
 		if v < 0 || v > 100 {
 			errs = append(errs, field.Invalid(path.Child("scoreWeights", name), v, "must be in [0, 100]"))
 		}

@@ -38,6 +38,8 @@ const (
 	ErrReasonNewNode         = "node(s) joined after gleaner-controller's last planning round"
 	priorityFragmentKey      = "v1.Pod.Spec.Priority"
 	bestEffortGPUFragmentKey = "gleaner.dev/BestEffortGPUs()"
+	// The declared checkpoint interval changes the score.
+	checkpointIntervalFragmentKey = "gleaner.dev/CheckpointInterval()"
 )
 
 // GPUHarvest implements PreFilter, Filter, PreScore and Score for best-effort pods.
@@ -211,6 +213,13 @@ func (pl *GPUHarvest) Name() string { return Name }
 type preFilterState struct {
 	gpus     int64
 	renewals uint64 // heartbeat renewals seen when the cycle began
+	// interval is the pod's declared checkpoint interval (0: none).
+	interval time.Duration
+}
+
+func (pl *GPUHarvest) newState(pod *v1.Pod) preFilterState {
+	interval, _ := api.CheckpointInterval(pod)
+	return preFilterState{gpus: api.PodGPUs(pod, pl.gpu), renewals: pl.heartbeat.renewalCount(), interval: interval}
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -228,7 +237,8 @@ func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale+": "+err.Error())
 	}
 	pluginmetrics.HeartbeatFresh.Set(1)
-	state.Write(stateKey, &preFilterState{gpus: api.PodGPUs(pod, pl.gpu), renewals: pl.heartbeat.renewalCount()})
+	st := pl.newState(pod)
+	state.Write(stateKey, &st)
 	return nil, nil
 }
 
@@ -242,7 +252,7 @@ func (pl *GPUHarvest) cycle(state fwk.CycleState, pod *v1.Pod) preFilterState {
 			return *s
 		}
 	}
-	return preFilterState{gpus: api.PodGPUs(pod, pl.gpu), renewals: pl.heartbeat.renewalCount()}
+	return pl.newState(pod)
 }
 
 // Filter admits a best-effort pod on a node only if the node is open and its
@@ -296,7 +306,9 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 
 // Score is harvest.PlacementScore, weighted by the args' scoreWeights (the
 // simulator scores with the same function). Serving GPUs are those requested
-// by pods that are not best-effort.
+// by pods that are not best-effort. For a pod that declares its checkpoint
+// interval, harvest.AvailabilityScore joins in with its own weight (0 on a
+// node whose availability is unknown).
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	cycle := pl.cycle(state, pod)
 	verdict, _, err := pl.verdicts.read(nodeInfo.Node(), cycle.renewals)
@@ -311,22 +323,33 @@ func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod
 		ServingGPUs:     max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0),
 	}
 	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
-	return harvest.PlacementScore(n, cycle.gpus, wp, wi, fwk.MaxNodeScore), nil
+	score := harvest.PlacementScore(n, cycle.gpus, wp, wi, fwk.MaxNodeScore)
+	if wa := int64(*pl.args.ScoreWeights.Availability); cycle.interval > 0 && wa > 0 {
+		var avail int64
+		if a, ok := harvest.ReadAvailability(nodeInfo.Node()); ok {
+			avail = harvest.AvailabilityScore(a, cycle.interval, fwk.MaxNodeScore)
+		}
+		score = (score*(wp+wi) + avail*wa) / (wp + wi + wa)
+	}
+	return score, nil
 }
 
 // ScoreExtensions: scores are already within [0, MaxNodeScore].
 func (pl *GPUHarvest) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // SignPod lets the scheduler batch pods with the same signature: the plugin's
-// decisions depend only on the pod's priority and its resource requests.
+// decisions depend only on the pod's priority, its resource requests and its
+// declared checkpoint interval.
 func (pl *GPUHarvest) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	var prio int32
 	if pod.Spec.Priority != nil {
 		prio = *pod.Spec.Priority
 	}
+	interval, _ := api.CheckpointInterval(pod)
 	return []fwk.SignFragment{
 		{Key: priorityFragmentKey, Value: prio},
 		{Key: bestEffortGPUFragmentKey, Value: api.PodGPUs(pod, pl.gpu)},
+		{Key: checkpointIntervalFragmentKey, Value: interval},
 	}, nil
 }
 

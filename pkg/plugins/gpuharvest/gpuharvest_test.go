@@ -343,32 +343,51 @@ func TestScore(t *testing.T) {
 		n.Status.Allocatable = v1.ResourceList{api.GPUResource: *resource.NewQuantity(8, resource.DecimalSI)}
 		return n
 	}
+	// lasting is gpuNode with an availability.
+	lasting := func(name, harvestable, avail string) *v1.Node {
+		n := gpuNode(name, harvestable)
+		n.Annotations[api.AnnotationAvailability] = avail
+		return n
+	}
 	p := bestEffort("p", 2)
+	short, long := bestEffort("short", 2), bestEffort("long", 2)
+	short.Annotations = map[string]string{api.AnnotationCheckpointInterval: "30m"}
+	long.Annotations = map[string]string{api.AnnotationCheckpointInterval: "4h"}
+	const shortWindow, longWindow = "for=1h15m0s,survive-1h=0.90,survive-4h=0.10", "for>=4h0m0s,survive-1h=0.95,survive-4h=0.90"
 	tests := []struct {
 		name          string
 		packing, idle int32
+		pod           *v1.Pod
 		ni            fwk.NodeInfo
 		want          int64
 	}{
-		{"packing: half lent already", 1, 0, nodeInfo(gpuNode("a", "8"), bestEffort("lent", 4)), 75},
-		{"packing: nothing lent", 1, 0, nodeInfo(gpuNode("b", "8")), 25},
-		{"packing: small hole filled exactly", 1, 0, nodeInfo(gpuNode("c", "2")), 100},
-		{"packing: inference pods are not lent GPUs", 1, 0, nodeInfo(gpuNode("d", "4"), inference("vllm", 4)), 50},
-		{"idle window: a node serving no inference", 0, 1, nodeInfo(gpuNode("e", "8"), bestEffort("lent", 4)), 100},
-		{"idle window: half the node serves inference", 0, 1, nodeInfo(gpuNode("f", "4"), inference("vllm", 4)), 50},
-		{"both, equal weights", 1, 1, nodeInfo(gpuNode("g", "4"), inference("vllm", 4)), 50},
-		{"both: packing weighted 3:1", 3, 1, nodeInfo(gpuNode("h", "8"), bestEffort("lent", 4)), (3*75 + 100) / 4},
-		{"unreadable verdict scores zero", 1, 1, nodeInfo(gpuNode("x", "x")), 0},
+		{"packing: half lent already", 1, 0, p, nodeInfo(gpuNode("a", "8"), bestEffort("lent", 4)), 75},
+		{"packing: nothing lent", 1, 0, p, nodeInfo(gpuNode("b", "8")), 25},
+		{"packing: small hole filled exactly", 1, 0, p, nodeInfo(gpuNode("c", "2")), 100},
+		{"packing: inference pods are not lent GPUs", 1, 0, p, nodeInfo(gpuNode("d", "4"), inference("vllm", 4)), 50},
+		{"idle window: a node serving no inference", 0, 1, p, nodeInfo(gpuNode("e", "8"), bestEffort("lent", 4)), 100},
+		{"idle window: half the node serves inference", 0, 1, p, nodeInfo(gpuNode("f", "4"), inference("vllm", 4)), 50},
+		{"both, equal weights", 1, 1, p, nodeInfo(gpuNode("g", "4"), inference("vllm", 4)), 50},
+		{"both: packing weighted 3:1", 3, 1, p, nodeInfo(gpuNode("h", "8"), bestEffort("lent", 4)), (3*75 + 100) / 4},
+		{"unreadable verdict scores zero", 1, 1, p, nodeInfo(gpuNode("x", "x")), 0},
+		// Packing and idle window give 100 on an empty node serving nothing
+		// (2 of 2 harvestable); availability joins with weight 1.
+		{"availability: a short job on a short window", 1, 1, short, nodeInfo(lasting("s1", "2", shortWindow)), (2*100 + 88) / 3},
+		{"availability: a short job on a long window", 1, 1, short, nodeInfo(lasting("s2", "2", longWindow)), (2*100 + 77) / 3},
+		{"availability: a long job on a short window", 1, 1, long, nodeInfo(lasting("l1", "2", shortWindow)), (2*100 + 10) / 3},
+		{"availability: a long job on a long window", 1, 1, long, nodeInfo(lasting("l2", "2", longWindow)), (2*100 + 90) / 3},
+		{"availability unknown: no credit", 1, 1, long, nodeInfo(gpuNode("u", "2")), (2 * 100) / 3},
+		{"availability: a pod that declares nothing is not scored on it", 1, 1, p, nodeInfo(lasting("n", "2", shortWindow)), 100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pl := newPlugin(t, lease(time.Second, 15))
-			pl.args.ScoreWeights = ScoreWeights{Packing: &tt.packing, IdleWindow: &tt.idle}
+			pl.args.ScoreWeights = ScoreWeights{Packing: &tt.packing, IdleWindow: &tt.idle, Availability: new(int32(1))}
 			state := framework.NewCycleState()
-			if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+			if _, st := pl.PreFilter(context.Background(), state, tt.pod, nil); !st.IsSuccess() {
 				t.Fatal(st)
 			}
-			got, st := pl.Score(context.Background(), state, p, tt.ni)
+			got, st := pl.Score(context.Background(), state, tt.pod, tt.ni)
 			if !st.IsSuccess() || got != tt.want {
 				t.Fatalf("Score = %d (%v), want %d", got, st, tt.want)
 			}
