@@ -216,8 +216,21 @@ func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods [
 	return out
 }
 
+const be, inf = -1000, 1000000
+
+// threeMemberGang: gang "job" has a member on n1, beside a pod with eight
+// hours to lose, and two on n2, where the rest serves inference.
+func threeMemberGang() []*v1.Pod {
+	return []*v1.Pod{
+		bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
+		bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
+		bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
+		bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
+		bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
+	}
+}
+
 func TestFrameworkPostFilter(t *testing.T) {
-	const be, inf = -1000, 1000000
 	tests := []struct {
 		name  string
 		pod   *v1.Pod
@@ -259,29 +272,17 @@ func TestFrameworkPostFilter(t *testing.T) {
 		},
 		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0", "gang-1"}},
 	}, {
-		name:  "an elastic gang that keeps its quorum loses only the member in the way",
-		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
-		nodes: []*v1.Node{gpuNode("n1"), gpuNode("n2")},
-		pods: []*v1.Pod{
-			bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
-			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
-			bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
-			bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
-			bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
-		},
+		name:   "an elastic gang that keeps its quorum loses only the member in the way",
+		pod:    pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes:  []*v1.Node{gpuNode("n1"), gpuNode("n2")},
+		pods:   threeMemberGang(),
 		quorum: 2,
 		want:   postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0"}},
 	}, {
-		name:  "an elastic gang that would fall below its quorum goes whole",
-		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
-		nodes: []*v1.Node{gpuNode("n1"), gpuNode("n2")},
-		pods: []*v1.Pod{
-			bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
-			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
-			bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
-			bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
-			bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
-		},
+		name:   "an elastic gang that would fall below its quorum goes whole",
+		pod:    pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes:  []*v1.Node{gpuNode("n1"), gpuNode("n2")},
+		pods:   threeMemberGang(),
 		quorum: 3,
 		want:   postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"gang-0", "gang-1", "gang-2"}},
 	}, {
