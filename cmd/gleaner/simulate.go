@@ -183,6 +183,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.DurationVar(&cfg.GracePeriod, "grace-period", cfg.GracePeriod, "Grace period of evicted best-effort pods.")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Run time between a job's checkpoints.")
 	f.DurationVar(&cfg.CheckpointCost, "checkpoint-cost", cfg.CheckpointCost, "How long a job as large as a node takes to save a checkpoint on a reclaim notice (a smaller job: in proportion to its GPUs); the job makes no progress meanwhile.")
+	f.BoolVar(&cfg.DeclareInterval, "declare-checkpoint-interval", false, "Jobs declare --checkpoint-interval (gleaner.dev/checkpoint-interval), so placement weighs how long each node's GPUs are expected to stay lent.")
 	f.BoolVar(&cfg.WithoutNotices, "without-notices", false, "Give no reclaim notices, so every eviction comes unannounced (gleaner-controller gives them).")
 	f.DurationVar(&cfg.Horizon, "forecast-horizon", cfg.Horizon, "Reclaim horizon of the demand forecast.")
 	f.DurationVar(&cfg.OpenAfter, "open-after", cfg.OpenAfter, "How long GPUs must stay spare before they are lent (gleaner-controller's default).")

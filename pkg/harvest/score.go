@@ -66,3 +66,13 @@ func AvailabilityScore(a Availability, interval time.Duration, maxScore int64) i
 	}
 	return int64(float64(maxScore) * max(0, survive-waste/5))
 }
+
+// WithAvailability joins a placement score (weighed wPlacement in all) and an
+// availability score with weight wAvail, as GPUHarvest's Score does for a pod
+// that declares its checkpoint interval.
+func WithAvailability(placement, wPlacement, avail, wAvail int64) int64 {
+	if wAvail <= 0 || wPlacement+wAvail <= 0 {
+		return placement
+	}
+	return (placement*wPlacement + avail*wAvail) / (wPlacement + wAvail)
+}

@@ -177,6 +177,10 @@ type Config struct {
 	NoReplay bool
 	// PackingWeight and IdleWeight weigh the placement score (the plugin's defaults are 1 and 1).
 	PackingWeight, IdleWeight int64
+	// DeclareInterval: every job declares CheckpointInterval
+	// (gleaner.dev/checkpoint-interval), so the placement score weighs each
+	// node's availability too, with the plugin's default weight of 1.
+	DeclareInterval bool
 	// SampleEvery is the timeline's resolution; 0 records no timeline.
 	SampleEvery time.Duration
 	// StepLoad reads each trace window's rate as constant over the window
@@ -481,8 +485,10 @@ type sim struct {
 	jobOf    map[*v1.Pod]*simJob
 	// published harvestable GPUs per node, as the Nodes would carry them.
 	published map[string]int64
-	verdicts  []harvest.NodePlan
-	hnodes    []harvest.Node
+	// avail is each open node's availability as published (DeclareInterval).
+	avail    map[string]harvest.Availability
+	verdicts []harvest.NodePlan
+	hnodes   []harvest.Node
 
 	waiting     []waitingReplica
 	queue       []*simJob
@@ -519,7 +525,7 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{},
+	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{}, avail: map[string]harvest.Availability{},
 		jobOf: map[*v1.Pod]*simJob{}}
 	if policy == Oracle {
 		policyCfg.Oracle = s.futurePeak
@@ -776,6 +782,12 @@ func (s *sim) plan(t time.Duration) {
 		s.verdicts[i] = np
 		s.published[n.name] = np.HarvestableGPUs
 	}
+	if s.cfg.DeclareInterval {
+		clear(s.avail)
+		for _, av := range d.Availability {
+			s.avail[av.Node] = harvest.Availability{For: av.For, AtLeast: av.For >= round.AvailabilityHorizon, Survive1h: av.Survive[0], Survive4h: av.Survive[1]}
+		}
+	}
 	for _, v := range d.Victims {
 		s.evict(s.jobOf[v.Pod], t)
 	}
@@ -1031,6 +1043,13 @@ func (s *sim) place(t time.Duration) bool {
 			}
 			score := harvest.PlacementScore(harvest.PlacementNode{HarvestableGPUs: v.HarvestableGPUs, LentGPUs: n.lent,
 				AllocatableGPUs: n.alloc, ServingGPUs: n.inference}, j.GPUs, s.cfg.PackingWeight, s.cfg.IdleWeight, 100)
+			if s.cfg.DeclareInterval {
+				var avail int64 // unknown: no credit, as the plugin gives
+				if a, ok := s.avail[n.name]; ok {
+					avail = harvest.AvailabilityScore(a, s.cfg.CheckpointInterval, 100)
+				}
+				score = harvest.WithAvailability(score, s.cfg.PackingWeight+s.cfg.IdleWeight, avail, 1)
+			}
 			if score > bestScore {
 				best, bestScore = i, score
 			}

@@ -373,3 +373,45 @@ func TestNoticesSaveWork(t *testing.T) {
 	t.Logf("lost %.1f GPU-h with notices (%.1f checkpointing, %d of %d evictions noticed), %.1f without",
 		with.LostGPUHours, with.NoticeCheckpointGPUHours, with.NoticedEvictions, with.Preemptions, without.LostGPUHours)
 }
+
+// The planner's survival probabilities are checked against what happened:
+// with the oracle's exact forecast they hold within a few points on average,
+// and the forecast policy's are reported too. Jobs that declare their checkpoint
+// interval are placed by availability as well, which changes where they run.
+func TestAvailabilityCalibration(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Duration, cfg.SampleEvery = 3*24*time.Hour, 0
+	fleet, jobs := SyntheticFleet(6, 3, 1), SyntheticJobs(2000, 1)
+	results := map[Policy]Result{}
+	for _, p := range []Policy{Oracle, Forecast} {
+		r, err := Run(cfg, p, fleet, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Availability) != 2 || r.Availability[0].Hours != 1 || r.Availability[1].Hours != 4 {
+			t.Fatalf("%s: availability %+v, want the 1 h and 4 h checks", p, r.Availability)
+		}
+		results[p] = r
+		t.Logf("%s: worst gap %.1f points at 1 h, %.1f at 4 h", p, r.Availability[0].WorstPoints, r.Availability[1].WorstPoints)
+	}
+	// Three days of six services hold few events per tenth: judge the
+	// oracle's by the gap averaged over GPU-hours.
+	for _, c := range results[Oracle].Availability {
+		var hours, gap float64
+		for _, b := range c.Buckets {
+			hours += b.GPUHours
+			gap += b.GPUHours * math.Abs(b.Predicted-b.Survived)
+		}
+		if gap/hours > 0.03 {
+			t.Errorf("oracle: %g h probabilities off by %.1f points on average: %+v", c.Hours, 100*gap/hours, c.Buckets)
+		}
+	}
+	cfg.DeclareInterval = true
+	declared, err := Run(cfg, Forecast, fleet, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := results[Forecast]; declared.JobsStarted == f.JobsStarted && declared.Preemptions == f.Preemptions && declared.LostGPUHours == f.LostGPUHours {
+		t.Fatalf("jobs declaring their interval ran exactly as without (%d started, %d preempted)", f.JobsStarted, f.Preemptions)
+	}
+}

@@ -329,7 +329,7 @@ func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod
 		if a, ok := harvest.ReadAvailability(nodeInfo.Node()); ok {
 			avail = harvest.AvailabilityScore(a, cycle.interval, fwk.MaxNodeScore)
 		}
-		score = (score*(wp+wi) + avail*wa) / (wp + wi + wa)
+		score = harvest.WithAvailability(score, wp+wi, avail, wa)
 	}
 	return score, nil
 }
