@@ -134,23 +134,32 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 		}
 	}
 	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j], node) })
-	var chosen []Unit
 	if len(useful) <= exhaustiveLimit {
-		chosen = cheapestCover(useful, node, owed)
-	} else {
-		// Too many for an exact search: least lost work first until covered.
-		var freed int64
-		for _, u := range useful {
-			if freed >= owed {
-				break
-			}
-			if allowed(append(chosen[:len(chosen):len(chosen)], u)) {
-				chosen = append(chosen, u)
-				freed += u.GPUsOn(node)
-			}
-		}
+		return cheapestCover(useful, node, owed)
+	}
+	// Too many for an exact search: least lost work first until covered. A
+	// gang that shed what it could spare may still have to go whole: if
+	// shedding leaves GPUs owed, choose among whole units only.
+	chosen, freed := greedyCover(useful, node, owed)
+	if freed < owed {
+		chosen, _ = greedyCover(slices.DeleteFunc(useful, func(u Unit) bool { return u.gang != "" }), node, owed)
 	}
 	return chosen
+}
+
+// greedyCover takes units in order while they are allowed together, until
+// owed GPUs come back on node, and returns them and the GPUs they free there.
+func greedyCover(units []Unit, node string, owed int64) (chosen []Unit, freed int64) {
+	for _, u := range units {
+		if freed >= owed {
+			break
+		}
+		if allowed(append(chosen[:len(chosen):len(chosen)], u)) {
+			chosen = append(chosen, u)
+			freed += u.GPUsOn(node)
+		}
+	}
+	return chosen, freed
 }
 
 func cheapestCover(units []Unit, node string, owed int64) []Unit {

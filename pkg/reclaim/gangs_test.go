@@ -3,6 +3,7 @@ package reclaim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -313,5 +314,25 @@ func TestTakeCountsOverduePodsAsOwed(t *testing.T) {
 	})
 	if want := []string{"other"}; !reflect.DeepEqual(tried, want) || len(stillOwed) != 0 {
 		t.Fatalf("evicted %v, still owed %v; want %v: leaving's 4 GPUs come back, stuck's do not", tried, stillOwed, want)
+	}
+}
+
+// Past the exact search's limit, an elastic gang that sheds all it can spare
+// and still leaves GPUs owed goes whole instead.
+func TestChooseGreedyTakesAnElasticGangWholeWhenSheddingFallsShort(t *testing.T) {
+	var cands []Candidate
+	for i := range 9 {
+		cands = append(cands, quorum(7, member(fmt.Sprintf("g-%d", i), "n1", "wide", 1, time.Minute))...)
+	}
+	for i := range 7 {
+		cands = append(cands, member(fmt.Sprintf("lone-%d", i), "n1", "", 1, 0)) // an hour lost each
+	}
+	chosen := Choose(Units(cands), "n1", 10)
+	var freed int64
+	for _, u := range chosen {
+		freed += u.GPUsOn("n1")
+	}
+	if keys := unitKeys(chosen); freed < 10 || keys[0] != "ml/"+api.LabelPodGroup+"=wide" {
+		t.Fatalf("chose %v freeing %d of 10: want the gang whole first, then one lone pod", keys, freed)
 	}
 }
