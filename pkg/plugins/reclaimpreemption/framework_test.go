@@ -219,14 +219,15 @@ func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods [
 const be, inf = -1000, 1000000
 
 // threeMemberGang: gang "job" has a member on n1, beside a pod with eight
-// hours to lose, and two on n2, where the rest serves inference.
+// hours to lose, and two on n2, where the rest serves inference (so n2
+// cannot make room for a 4-GPU pod).
 func threeMemberGang() []*v1.Pod {
 	return []*v1.Pod{
 		bound(inGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
 		bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
-		bound(inGang(runningPod("gang-1", be, 2, time.Minute, 0), "job"), "n2"),
-		bound(inGang(runningPod("gang-2", be, 2, time.Minute, 0), "job"), "n2"),
-		bound(runningPod("serving", inf, 4, time.Hour, 0), "n2"),
+		bound(inGang(runningPod("gang-1", be, 1, time.Minute, 0), "job"), "n2"),
+		bound(inGang(runningPod("gang-2", be, 1, time.Minute, 0), "job"), "n2"),
+		bound(runningPod("serving", inf, 6, time.Hour, 0), "n2"),
 	}
 }
 

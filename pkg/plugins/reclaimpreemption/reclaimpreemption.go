@@ -321,7 +321,7 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 		var running []*v1.Pod
 		staying := 0
 		for _, m := range members {
-			if m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.IsBestEffort(m, pl.threshold) {
+			if m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.HoldsResources(m) && api.IsBestEffort(m, pl.threshold) {
 				running = append(running, m)
 				if !chosen[m.UID] {
 					staying++
