@@ -475,10 +475,6 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 			errs = append(errs, err)
 		}
 	}
-	// Availability only ranks nodes: it does not hold up the heartbeat.
-	if err := c.publishAvailability(ctx, nodes, d.Availability); err != nil {
-		errs = append(errs, err)
-	}
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
@@ -510,6 +506,11 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	}
 	errs = append(errs, c.notify(ctx, o.pods, d)...)
 	errs = append(errs, c.scale(ctx, d.Scale)...)
+	// Availability only ranks nodes for the scheduler: last, so its writes
+	// never delay a verdict, an eviction or a scale change.
+	if err := c.publishAvailability(ctx, nodes, d.Availability); err != nil {
+		errs = append(errs, err)
+	}
 	c.saveProfiles(ctx, now, c.planner.ProfilesDue(now, false))
 	if len(errs) > 0 {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])

@@ -240,7 +240,7 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One replica of 16 carries 10: no headroom; a has 4 GPUs spare, b lends
-	// all 8. Verdicts first, then (after the heartbeat) both open nodes'
+	// all 8. Verdicts first, then, after everything else, both open nodes'
 	// availability: with nothing learned, the forecast's own word.
 	if want := []string{"patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
@@ -261,8 +261,8 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 	// 60 requests need three more replicas: a's 4 free GPUs hold one, b's 8 the other two.
 	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 44, 4)}
 	writes, _ = tc.sync(t, t0.Add(10*time.Second))
-	// Verdicts, the availability of nodes no longer open removed, the eviction.
-	if want := []string{"patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b", "create pods/eviction job-b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+	// Verdicts, the eviction, then the availability of nodes no longer open removed.
+	if want := []string{"patch nodes a", "patch nodes b", "create pods/eviction job-b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
 	}
 	if v := tc.verdict(t, "b"); v.State != api.HarvestDraining || v.HarvestableGPUs != 0 {
