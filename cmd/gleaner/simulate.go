@@ -119,6 +119,9 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
 				}
 				cfg.Start = prom.from
+				if span := time.Duration(len(fleet.Services[0].Rates)) * fleet.Window; cfg.Duration > span {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: the history covers %v; --days %d replays it from its start, so past it the hours of the week no longer fall on the real ones\n", span, days)
+				}
 				if !cmd.Flags().Changed("replica-capacity") {
 					cfg.ReplicaCapacity = demand.DefaultTargetLoad
 				}

@@ -16,21 +16,51 @@ import (
 )
 
 // history is a day of vLLM scrapes, every 30 s, in 10-minute windows from a
-// Monday: chat's replica b restarts at noon (a new series), code appears at
-// 08:00, and summarize's scrapes fail from window 100 to 102. want is each
+// Monday: chat's replica b restarts at noon (a new series; the old one marked
+// stale, as Prometheus does), embed's replica restarts halfway through a
+// window, code appears at 08:00, and summarize's scrapes fail from window 100
+// to 102. want is each
 // service's load per window as --prometheus must read it: the gap taken at
 // the higher load either side, nothing before code appears.
 func history() (samples []promtest.Sample, want map[string][]float64) {
 	const windows = 144
 	from := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
 	want = map[string][]float64{"chat": make([]float64, windows), "code": make([]float64, windows), "summarize": make([]float64, windows)}
-	scrape := func(service, pod string, i int, running, waiting float64) {
-		want[service][i] += running + waiting
-		for k := range 20 {
+	// scrapes writes the k-th scrapes of window i in [from, to).
+	scrapes := func(service, pod string, i, first, last int, running, waiting float64) {
+		for k := first; k < last; k++ {
 			at := from.Add(time.Duration(i)*10*time.Minute + 15*time.Second + time.Duration(k)*30*time.Second)
 			for name, v := range map[string]float64{"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting} {
 				samples = append(samples, promtest.Sample{Labels: map[string]string{"__name__": name, "model_name": service, "namespace": "serving", "pod": pod}, T: at, V: v})
 			}
+		}
+	}
+	scrape := func(service, pod string, i int, running, waiting float64) {
+		want[service][i] += running + waiting
+		scrapes(service, pod, i, 0, 20, running, waiting)
+	}
+	// Prometheus marks a series stale at the first scrape that misses it.
+	stale := func(service, pod string, i, k int) {
+		at := from.Add(time.Duration(i)*10*time.Minute + 15*time.Second + time.Duration(k)*30*time.Second)
+		for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting"} {
+			samples = append(samples, promtest.Sample{Labels: map[string]string{"__name__": name, "model_name": service, "namespace": "serving", "pod": pod}, T: at, V: promtest.Stale})
+		}
+	}
+	stale("chat", "chat-b", 72, 0)
+	stale("summarize", "summarize-a", 100, 0)
+	// embed's replica restarts halfway through window 30: one replica all along.
+	want["embed"] = make([]float64, windows)
+	stale("embed", "embed-a", 30, 10)
+	for i := range windows {
+		want["embed"][i] = 2
+		switch {
+		case i < 30:
+			scrapes("embed", "embed-a", i, 0, 20, 2, 0)
+		case i == 30:
+			scrapes("embed", "embed-a", i, 0, 10, 2, 0)
+			scrapes("embed", "embed-a2", i, 10, 20, 2, 0)
+		default:
+			scrapes("embed", "embed-a2", i, 0, 20, 2, 0)
 		}
 	}
 	for i := range windows {
@@ -91,7 +121,7 @@ func TestSimulatePrometheusMatchesTheCSV(t *testing.T) {
 	var csv strings.Builder
 	csv.WriteString("window_start_s,service,rate_req_per_s\n")
 	for i := range 144 {
-		for _, name := range []string{"chat", "code", "summarize"} {
+		for _, name := range []string{"chat", "code", "embed", "summarize"} {
 			fmt.Fprintf(&csv, "%d,%s,%s\n", i*600, name, strconv.FormatFloat(want[name][i], 'g', -1, 64))
 		}
 	}
@@ -110,6 +140,9 @@ func TestSimulatePrometheusMatchesTheCSV(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "note: service code: first seen") {
 		t.Errorf("stderr %q: want the notes", stderr)
+	}
+	if _, stderr, _ := gleaner(t, "simulate", "--days", "2", "--policy", "none", "--prometheus", prom.URL, "--since", "1d", "--until", historyUntil); !strings.Contains(stderr, "note: the history covers 24h0m0s; --days 2 replays it") {
+		t.Errorf("stderr %q: want a note that two days replay a one-day history", stderr)
 	}
 	if fromProm != fromCSV {
 		t.Fatalf("--prometheus gave\n%s\n--services on the same loads gave\n%s", fromProm, fromCSV)

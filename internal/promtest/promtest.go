@@ -15,9 +15,14 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/tsdb"
 )
+
+// Stale is the value Prometheus writes when a series stops being scraped
+// (its target gone, or a scrape failed): from then on the series is absent.
+var Stale = math.Float64frombits(value.StaleNaN)
 
 // Sample is one scraped value of the series named by Labels (with __name__).
 type Sample struct {

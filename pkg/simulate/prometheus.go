@@ -54,9 +54,15 @@ func (q PrometheusQuery) Validate() error {
 		return fmt.Errorf("from %s to %s holds fewer than two steps of %v", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339), q.Step)
 	case !model.LabelName(q.GroupBy).IsValid() || q.GroupBy == model.MetricNameLabel:
 		return fmt.Errorf("group-by %q is not a label name", q.GroupBy)
+	case q.To.Sub(q.From)/q.Step > maxWindows:
+		return fmt.Errorf("from %s to %s in steps of %v is more than %d windows: take a longer step or a shorter span",
+			q.From.Format(time.RFC3339), q.To.Format(time.RFC3339), q.Step, maxWindows)
 	}
 	return nil
 }
+
+// maxWindows bounds a history: a year in 5-minute windows.
+const maxWindows = 366 * 24 * 12
 
 // maxPoints bounds one range query: Prometheus refuses more than 11,000
 // points per series, so longer histories are read in pieces.
@@ -91,7 +97,9 @@ func ReadPrometheus(ctx context.Context, q PrometheusQuery) (*Fleet, []string, e
 	// Window i is [From+i*step, From+(i+1)*step): its mean is evaluated at its end.
 	g := q.GroupBy
 	r := model.Duration(step).String()
-	query := fmt.Sprintf("sum by (%s) (avg_over_time(%s[%s])) + sum by (%s) (avg_over_time(%s[%s]))", g, metricRunning, r, g, metricWaiting, r)
+	// The mean over the window of the load summed at each minute: a replica
+	// that restarts (one series ending, another starting) counts once.
+	query := fmt.Sprintf("avg_over_time((sum by (%s) (%s) + sum by (%s) (%s))[%s:1m])", g, metricRunning, g, metricWaiting, r)
 	loads := map[string][]float64{}
 	seen := map[string][]bool{}
 	for first := 0; first < windows; first += maxPoints {
@@ -110,14 +118,14 @@ func ReadPrometheus(ctx context.Context, q PrometheusQuery) (*Fleet, []string, e
 		}
 		for _, series := range matrix {
 			name := string(series.Metric[model.LabelName(g)])
-			if _, ok := loads[name]; !ok {
-				loads[name], seen[name] = make([]float64, windows), make([]bool, windows)
-			}
 			for _, p := range series.Values {
 				i := int(p.Timestamp.Time().Sub(q.From)/step) - 1
 				v := float64(p.Value)
 				if i < 0 || i >= windows || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					continue
+				}
+				if _, ok := loads[name]; !ok {
+					loads[name], seen[name] = make([]float64, windows), make([]bool, windows)
 				}
 				loads[name][i], seen[name][i] = v, true
 			}
