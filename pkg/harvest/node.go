@@ -151,9 +151,13 @@ func ReadAvailability(node *v1.Node) (a Availability, ok bool) {
 	if !found || len(raw) > 100 {
 		return Availability{}, false
 	}
-	var seen int
+	seen := map[string]bool{}
 	for _, kv := range strings.Split(raw, ",") {
 		k, v, _ := strings.Cut(kv, "=")
+		if seen[strings.TrimSuffix(k, ">")] {
+			return Availability{}, false
+		}
+		seen[strings.TrimSuffix(k, ">")] = true
 		var err error
 		switch k {
 		case "for", "for>":
@@ -172,9 +176,8 @@ func ReadAvailability(node *v1.Node) (a Availability, ok bool) {
 		if err != nil {
 			return Availability{}, false
 		}
-		seen++
 	}
-	return a, seen == 3
+	return a, len(seen) == 3
 }
 
 func parseProbability(s string) (float64, error) {

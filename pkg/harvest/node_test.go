@@ -269,7 +269,7 @@ func TestAvailabilityAnnotation(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "for=1h", "for=1h,survive-1h=0.5,survive-4h=1.5", "for=-1h,survive-1h=0.5,survive-4h=0.5",
-		"for=1h,survive-1h=NaN,survive-4h=0.5", "for=1h,survive-1h=0.5,survive-4h=0.5,owner=me", "for=soon,survive-1h=0.5,survive-4h=0.5"} {
+		"for=1h,survive-1h=NaN,survive-4h=0.5", "survive-1h=1,survive-1h=1,survive-1h=1", "for=1h,for>=2h,survive-1h=0.5", "for=1h,survive-1h=0.5,survive-4h=0.5,owner=me", "for=soon,survive-1h=0.5,survive-4h=0.5"} {
 		if a, ok := ReadAvailability(node(bad)); ok {
 			t.Errorf("%q read as %+v, want none", bad, a)
 		}

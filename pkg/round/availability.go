@@ -211,7 +211,7 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 	// (found at the start of the first step outside them, so no earlier than
 	// they do); -1: not within the horizon.
 	closes := time.Duration(-1)
-	for at := time.Duration(0); at < AvailabilityHorizon; at += AvailabilityStep {
+	for at := time.Duration(0); at <= AvailabilityHorizon; at += AvailabilityStep {
 		if !p.cfg.Windows.Open(now.Add(at)) {
 			closes = at
 			break
