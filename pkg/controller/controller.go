@@ -443,7 +443,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
 			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace)
-			cand.Quorum = c.gangQuorum(p)
+			cand.Quorum = reclaim.Quorum(c.podGroups, p.Namespace, p.Labels[api.LabelPodGroup])
 			out = append(out, cand)
 		}
 		return out
@@ -682,8 +682,8 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, avail []round.Availability) error {
 	want := make(map[string]*harvest.Availability, len(avail))
 	for _, av := range avail {
-		want[av.Node] = &harvest.Availability{For: av.For, AtLeast: av.For >= round.AvailabilityHorizon,
-			Survive1h: av.Survive[0], Survive4h: av.Survive[1]}
+		published := av.Published()
+		want[av.Node] = &published
 	}
 	var errs []error
 	for _, n := range nodes {
@@ -697,20 +697,4 @@ func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, 
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// gangQuorum is the minMember of the PodGroup pod belongs to, when its gang's
-// PodGroup is seen and asks for at least one member; 0 otherwise (the gang,
-// if any, goes whole). The PodGroup is the tenant's own: the most it can do
-// is have its own gang shed members it cannot run without.
-func (c *Controller) gangQuorum(pod *v1.Pod) int32 {
-	group := pod.Labels[api.LabelPodGroup]
-	if group == "" || c.podGroups == nil {
-		return 0
-	}
-	pg, err := c.podGroups.PodGroups(pod.Namespace).Get(group)
-	if err != nil || pg.Spec.MinMember < 1 {
-		return 0
-	}
-	return pg.Spec.MinMember
 }

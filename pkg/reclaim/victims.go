@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -25,7 +26,7 @@ type Candidate struct {
 	// chosen among prepared pods first.
 	Prepared bool
 	// Quorum is, for a gang member, the members its gang needs to keep
-	// running (its PodGroup's minMember): a gang with more
+	// running (its PodGroup's minMember, read by Quorum): a gang with more
 	// live members is elastic and sheds members above it one at a time. 0
 	// (unknown, or not a gang) evicts a gang whole.
 	Quorum int32
@@ -107,4 +108,20 @@ func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGr
 	gpus := api.PodGPUs(pod, gpuResource)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
 		Overdue: pod.DeletionTimestamp != nil && !Returning(pod, now, maxGrace)}
+}
+
+// Quorum is the minMember of the PodGroup group in namespace, as groups has
+// seen it: 0 when groups is nil, the PodGroup is not seen, or it asks for
+// none, and a gang with quorum 0 goes whole. The PodGroup is the tenant's
+// own: the most a lie in it can do is have its own gang shed members it
+// cannot run without.
+func Quorum(groups pglisters.PodGroupLister, namespace, group string) int32 {
+	if groups == nil || group == "" {
+		return 0
+	}
+	pg, err := groups.PodGroups(namespace).Get(group)
+	if err != nil || pg.Spec.MinMember < 1 {
+		return 0
+	}
+	return pg.Spec.MinMember
 }

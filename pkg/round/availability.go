@@ -25,6 +25,11 @@ type Availability struct {
 	Survive [len(SurvivalHorizons)]float64
 }
 
+// Published is a as nodes carry it (api.AnnotationAvailability).
+func (a Availability) Published() harvest.Availability {
+	return harvest.Availability{For: a.For, AtLeast: a.For >= AvailabilityHorizon, Survive1h: a.Survive[0], Survive4h: a.Survive[1]}
+}
+
 // SurvivalHorizons are the spans whose survival Availability gives.
 var SurvivalHorizons = [...]time.Duration{time.Hour, 4 * time.Hour}
 

@@ -785,7 +785,7 @@ func (s *sim) plan(t time.Duration) {
 	if s.cfg.DeclareInterval {
 		clear(s.avail)
 		for _, av := range d.Availability {
-			s.avail[av.Node] = harvest.Availability{For: av.For, AtLeast: av.For >= round.AvailabilityHorizon, Survive1h: av.Survive[0], Survive4h: av.Survive[1]}
+			s.avail[av.Node] = av.Published()
 		}
 	}
 	for _, v := range d.Victims {

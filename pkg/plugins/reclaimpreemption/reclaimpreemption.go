@@ -328,7 +328,7 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 				}
 			}
 		}
-		if q := pl.quorum(p.Namespace, group); q > 0 && staying >= q {
+		if q := int(reclaim.Quorum(pl.groups, p.Namespace, group)); q > 0 && staying >= q {
 			continue // elastic: the rest keep running
 		}
 		for _, m := range running {
@@ -339,16 +339,6 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 		}
 	}
 	return out
-}
-
-// quorum is the minMember of a gang's PodGroup, 0 when it is not seen or asks
-// for none (the gang goes whole).
-func (pl *ReclaimPreemption) quorum(namespace, group string) int {
-	pg, err := pl.groups.PodGroups(namespace).Get(group)
-	if err != nil || pg.Spec.MinMember < 1 {
-		return 0
-	}
-	return int(pg.Spec.MinMember)
 }
 
 // isEligibleVictim: only best-effort pods are ever taken, and a gang only as a whole.
