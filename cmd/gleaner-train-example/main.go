@@ -34,6 +34,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/checkpoint"
 	"github.com/gleaner-dev/gleaner/pkg/trainexample"
+	"github.com/gleaner-dev/gleaner/pkg/version"
 )
 
 // Exit codes. 143 (128+SIGTERM) is what a preempted step must return: Argo's
@@ -59,7 +60,8 @@ Locations (--output, --data, --init, --model, --checkpoint-dir) are directories 
 s3://bucket/prefix. S3 settings come from AWS_ENDPOINT_URL, AWS_REGION,
 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the pod's IAM role).
 
-Run "gleaner-train-example STAGE -h" for a stage's flags.
+Run "gleaner-train-example STAGE -h" for a stage's flags, "gleaner-train-example
+--version" for the version.
 `
 
 func main() {
@@ -86,9 +88,16 @@ func run(args []string, stderr io.Writer) int {
 		return exitSIGTERM
 	}
 
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(stderr, usage)
 		return exitUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stderr, usage)
+		return exitOK
+	case args[0] == "--version" || args[0] == "version":
+		fmt.Println(version.String())
+		return exitOK
 	}
 	ctx := context.Background()
 	switch args[0] {

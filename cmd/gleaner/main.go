@@ -16,7 +16,9 @@ func main() {
 		Short:         "Lend idle inference GPUs to best-effort jobs",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

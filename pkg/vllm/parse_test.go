@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,12 +13,15 @@ import (
 )
 
 // fixtureDir returns the shared vLLM fixtures (real expositions kept outside
-// the repository), resolved relative to this file so it works from any working
-// directory. ok is false when ../shared is absent.
+// the repository), relative to this package's directory, where go test runs
+// (not to this file's path, which -trimpath makes a module path). ok is false
+// when ../shared is absent.
 func fixtureDir(tb testing.TB) (dir string, ok bool) {
 	tb.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	dir = filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "fixtures", "vllm")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", "fixtures", "vllm"))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	if _, err := os.Stat(dir); err != nil {
 		return dir, false
 	}
