@@ -5,27 +5,38 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/version"
@@ -46,6 +57,10 @@ type flags struct {
 	inferenceNamespaceSelector string
 	threshold                  int32
 	gpuResource                string
+	schedulerConfig            string
+	config                     string
+	help                       *bool
+	logs                       *logsapi.LoggingConfiguration
 	leaderElect                bool
 	showVersion                bool
 	windows                    string
@@ -55,75 +70,102 @@ type flags struct {
 	serving                    *controller.ServingOptions
 }
 
-// newFlags binds every flag of gleaner-controller (but klog's) to a new
-// FlagSet. docs/reference.md is generated from it.
-func newFlags() (*pflag.FlagSet, *flags) {
+// newFlags binds every flag of gleaner-controller to a new set of named
+// flag sets, as kube-controller-manager groups its flags: --help prints them
+// by section, and docs/reference/gleaner-controller.md is generated from them.
+func newFlags() (cliflag.NamedFlagSets, *flags) {
 	f := &flags{
 		cfg:     controller.Config{Policy: round.DefaultConfig()},
 		le:      controller.DefaultLeaderElection(),
 		serving: controller.NewServingOptions(),
+		logs:    logsapi.NewLoggingConfiguration(),
 	}
-	fs := pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
-	fs.StringVar(&f.poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
-	fs.Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
-	fs.StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
-	fs.Float64Var(&f.cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
-	fs.Float64Var(&f.cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
-	fs.DurationVar(&f.cfg.Policy.Horizon, "forecast-horizon", f.cfg.Policy.Horizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
-	fs.DurationVar(&f.cfg.Policy.TrendWindow, "trend-window", f.cfg.Policy.TrendWindow, "Recent history the demand trend is fitted to.")
-	fs.Float64Var(&f.cfg.Policy.Margin, "headroom-margin", f.cfg.Policy.Margin, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
-	fs.DurationVar(&f.cfg.Policy.OpenAfter, "open-after", f.cfg.Policy.OpenAfter, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
-	fs.IntVar(&f.cfg.Policy.OpenAfterBackoff, "open-after-backoff", f.cfg.Policy.OpenAfterBackoff, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
-	fs.DurationVar(&f.cfg.Policy.ReclaimLead, "reclaim-lead", f.cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
-	fs.StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
-	fs.StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
-	fs.DurationVar(&f.cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
-	fs.DurationVar(&f.cfg.MaxReclaimGrace, "max-reclaim-grace", reclaim.DefaultMaxGrace, "Longest grace period a reclaimed best-effort pod gets to checkpoint, whatever its own terminationGracePeriodSeconds; a pod still terminating past it counts as owing its GPUs, so others are evicted.")
-	fs.DurationVar(&f.cfg.PDBWait, "pdb-wait", 0, "How long evictions of a best-effort pod may be refused (by a PodDisruptionBudget) before it is deleted, with its capped grace, without the budget's check; 0 for --max-reclaim-grace. A tenant's budget cannot shield its pods from reclaim for longer.")
-	fs.BoolVar(&f.cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
-	fs.DurationVar(&f.cfg.Policy.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
-	fs.DurationVar(&f.cfg.Policy.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
-	fs.Float64Var(&f.cfg.Policy.Autoscale.PanicThreshold, "autoscale-panic-threshold", 2, "Scale out at once when the panic window asks for this many times the current replicas.")
-	fs.IntVar(&f.cfg.Policy.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
-	fs.IntVar(&f.cfg.Policy.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
-	fs.IntVar(&f.cfg.Policy.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
-	fs.DurationVar(&f.cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
-	fs.StringSliceVar(&f.cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated: the only ones whose inference pods and Deployments count. Empty: every namespace labelled by --inference-namespace-selector.")
-	fs.StringVar(&f.inferenceNamespaceSelector, "inference-namespace-selector", api.LabelInferenceNamespace+"=true", "Label selector of the namespaces opted in as inference when --inference-namespaces is empty. Inference pods elsewhere make no demand, so tenants cannot forge it; only the admin should be able to label namespaces.")
-	fs.StringVar(&f.cfg.Metrics.Scheme, "metrics-scheme", "http", "Scheme of the vLLM metrics endpoints: http or https.")
-	fs.StringVar(&f.cfg.Metrics.CAFile, "metrics-ca-file", "", "CA bundle that signs the vLLM endpoints' serving certificates (https).")
-	fs.StringVar(&f.cfg.Metrics.TLSServerName, "metrics-tls-server-name", "", "Server name to verify the vLLM endpoints' certificates against (https).")
-	fs.StringVar(&f.cfg.Metrics.BearerTokenFile, "metrics-bearer-token-file", "", "File holding a bearer token sent to the vLLM endpoints; re-read every minute.")
-	fs.Int64Var(&f.cfg.Metrics.MaxBodyBytes, "scrape-max-body-bytes", 0, "Largest /metrics body accepted; 0 for the default (4 MiB). A larger body fails that scrape.")
-	fs.IntVar(&f.cfg.Metrics.Concurrency, "scrape-concurrency", 0, "Scrapes in flight at most; 0 for the default (64).")
-	fs.StringVar(&f.cfg.Metrics.LabelSelector, "inference-selector", api.LabelRole+"="+api.RoleInference, "Label selector of inference (vLLM) pods.")
-	fs.DurationVar(&f.cfg.Metrics.Interval, "scrape-interval", 5e9, "Interval between scrapes of each vLLM /metrics endpoint.")
-	fs.DurationVar(&f.cfg.Metrics.Timeout, "scrape-timeout", 2e9, "Timeout of one scrape.")
-	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Hold a Lease while acting; the scheduler reads it as this controller's heartbeat.")
-	fs.StringVar(&f.le.Namespace, "leader-elect-resource-namespace", f.le.Namespace, "Namespace of the Lease.")
-	fs.StringVar(&f.le.Name, "leader-elect-resource-name", f.le.Name, "Name of the Lease.")
-	fs.DurationVar(&f.le.LeaseDuration, "leader-elect-lease-duration", f.le.LeaseDuration, "Lease duration; also how long the scheduler trusts the last heartbeat.")
-	fs.DurationVar(&f.le.RenewDeadline, "leader-elect-renew-deadline", f.le.RenewDeadline, "Renew deadline.")
-	fs.DurationVar(&f.le.RetryPeriod, "leader-elect-retry-period", f.le.RetryPeriod, "Retry period.")
+	var nfs cliflag.NamedFlagSets
+	nfs.FlagSet("generic").StringVar(&f.config, "config", "", "YAML file of flag names to values, e.g. {forecast-horizon: 20m, inference-namespaces: [llm, chat]}: the same settings as the flags, which win when given on the command line too. Unknown names are an error.")
+	nfs.FlagSet("generic").StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
+	nfs.FlagSet("pool").StringVar(&f.poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
+	nfs.FlagSet("pool").Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
+	nfs.FlagSet("pool").StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
+	nfs.FlagSet("pool").StringVar(&f.schedulerConfig, "scheduler-config", "", "NAMESPACE/NAME of the ConfigMap holding gleaner-scheduler's KubeSchedulerConfiguration (key config.yaml). The controller refuses to start when a profile's GPUHarvest or ReclaimPreemption args disagree with --best-effort-priority-threshold or --gpu-resource. Empty skips the check.")
+	nfs.FlagSet("demand").Float64Var(&f.cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
+	nfs.FlagSet("demand").Float64Var(&f.cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.Horizon, "forecast-horizon", f.cfg.Policy.Horizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.TrendWindow, "trend-window", f.cfg.Policy.TrendWindow, "Recent history the demand trend is fitted to.")
+	nfs.FlagSet("policy").Float64Var(&f.cfg.Policy.Margin, "headroom-margin", f.cfg.Policy.Margin, "Safety margin on forecast load, as a fraction (0.1 keeps room for 10% more); negative for none.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.OpenAfter, "open-after", f.cfg.Policy.OpenAfter, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
+	nfs.FlagSet("policy").IntVar(&f.cfg.Policy.OpenAfterBackoff, "open-after-backoff", f.cfg.Policy.OpenAfterBackoff, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.ReclaimLead, "reclaim-lead", f.cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
+	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
+	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
+	nfs.FlagSet("demand").DurationVar(&f.cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
+	nfs.FlagSet("reclaim").DurationVar(&f.cfg.MaxReclaimGrace, "max-reclaim-grace", reclaim.DefaultMaxGrace, "Longest grace period a reclaimed best-effort pod gets to checkpoint, whatever its own terminationGracePeriodSeconds; a pod still terminating past it counts as owing its GPUs, so others are evicted.")
+	nfs.FlagSet("reclaim").DurationVar(&f.cfg.PDBWait, "pdb-wait", 0, "How long evictions of a best-effort pod may be refused (by a PodDisruptionBudget) before it is deleted, with its capped grace, without the budget's check; 0 for --max-reclaim-grace. A tenant's budget cannot shield its pods from reclaim for longer.")
+	nfs.FlagSet("autoscale").BoolVar(&f.cfg.DisableAutoscale, "disable-autoscale", false, "Do not scale Deployments annotated gleaner.dev/autoscale=true.")
+	nfs.FlagSet("autoscale").DurationVar(&f.cfg.Policy.Autoscale.StableWindow, "autoscale-stable-window", time.Minute, "Window the autoscaler averages load over; also how long load must be low before it scales in.")
+	nfs.FlagSet("autoscale").DurationVar(&f.cfg.Policy.Autoscale.PanicWindow, "autoscale-panic-window", 6*time.Second, "Short window the autoscaler watches for bursts.")
+	nfs.FlagSet("autoscale").Float64Var(&f.cfg.Policy.Autoscale.PanicThreshold, "autoscale-panic-threshold", 2, "Scale out at once when the panic window asks for this many times the current replicas.")
+	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
+	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
+	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
+	nfs.FlagSet("demand").StringSliceVar(&f.cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated: the only ones whose inference pods and Deployments count. Empty: every namespace labelled by --inference-namespace-selector.")
+	nfs.FlagSet("demand").StringVar(&f.inferenceNamespaceSelector, "inference-namespace-selector", api.LabelInferenceNamespace+"=true", "Label selector of the namespaces opted in as inference when --inference-namespaces is empty. Inference pods elsewhere make no demand, so tenants cannot forge it; only the admin should be able to label namespaces.")
+	nfs.FlagSet("vllm metrics").StringVar(&f.cfg.Metrics.Scheme, "metrics-scheme", "http", "Scheme of the vLLM metrics endpoints: http or https.")
+	nfs.FlagSet("vllm metrics").StringVar(&f.cfg.Metrics.CAFile, "metrics-ca-file", "", "CA bundle that signs the vLLM endpoints' serving certificates (https).")
+	nfs.FlagSet("vllm metrics").StringVar(&f.cfg.Metrics.TLSServerName, "metrics-tls-server-name", "", "Server name to verify the vLLM endpoints' certificates against (https).")
+	nfs.FlagSet("vllm metrics").StringVar(&f.cfg.Metrics.BearerTokenFile, "metrics-bearer-token-file", "", "File holding a bearer token sent to the vLLM endpoints; re-read every minute.")
+	nfs.FlagSet("vllm metrics").Int64Var(&f.cfg.Metrics.MaxBodyBytes, "scrape-max-body-bytes", 0, "Largest /metrics body accepted; 0 for the default (4 MiB). A larger body fails that scrape.")
+	nfs.FlagSet("vllm metrics").IntVar(&f.cfg.Metrics.Concurrency, "scrape-concurrency", 0, "Scrapes in flight at most; 0 for the default (64).")
+	nfs.FlagSet("demand").StringVar(&f.cfg.Metrics.LabelSelector, "inference-selector", api.LabelRole+"="+api.RoleInference, "Label selector of inference (vLLM) pods.")
+	nfs.FlagSet("vllm metrics").DurationVar(&f.cfg.Metrics.Interval, "scrape-interval", 5e9, "Interval between scrapes of each vLLM /metrics endpoint.")
+	nfs.FlagSet("vllm metrics").DurationVar(&f.cfg.Metrics.Timeout, "scrape-timeout", 2e9, "Timeout of one scrape.")
+	nfs.FlagSet("leader election").BoolVar(&f.leaderElect, "leader-elect", true, "Hold a Lease while acting; the scheduler reads it as this controller's heartbeat.")
+	nfs.FlagSet("leader election").StringVar(&f.le.Namespace, "leader-elect-resource-namespace", f.le.Namespace, "Namespace of the Lease.")
+	nfs.FlagSet("leader election").StringVar(&f.le.Name, "leader-elect-resource-name", f.le.Name, "Name of the Lease.")
+	nfs.FlagSet("leader election").DurationVar(&f.le.LeaseDuration, "leader-elect-lease-duration", f.le.LeaseDuration, "Lease duration; also how long the scheduler trusts the last heartbeat.")
+	nfs.FlagSet("leader election").DurationVar(&f.le.RenewDeadline, "leader-elect-renew-deadline", f.le.RenewDeadline, "Renew deadline.")
+	nfs.FlagSet("leader election").DurationVar(&f.le.RetryPeriod, "leader-elect-retry-period", f.le.RetryPeriod, "Retry period.")
 	// /healthz, /readyz and /metrics over HTTPS; /metrics only for callers the
 	// API server authenticates and authorizes (kube-scheduler's flags).
-	f.serving.AddFlags(fs)
-	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
-	return fs, f
+	f.serving.AddFlags(nfs.FlagSet("secure serving"))
+	nfs.FlagSet("generic").BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
+	f.help = nfs.FlagSet("generic").BoolP("help", "h", false, "Print the flags by section and exit.")
+	// component-base's logging flags (--v, --vmodule, --logging-format, ...),
+	// not klog's own underscore-style set.
+	logsapi.AddFlags(f.logs, nfs.FlagSet("logs"))
+	return nfs, f
 }
 
+var applyLogging sync.Once
+
 func run(args []string) error {
-	fs, f := newFlags()
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	nfs, f := newFlags()
+	fs := flatten(nfs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *f.help {
+		fmt.Fprintf(os.Stdout, "gleaner-controller reads vLLM load, publishes which GPU nodes may lend to best-effort pods, and reclaims lent GPUs when inference needs them.\n\nUsage:\n  gleaner-controller [flags]\n")
+		cliflag.PrintSections(os.Stdout, nfs, 0)
+		return nil
 	}
 	if f.showVersion {
 		fmt.Println(version.String())
 		return nil
+	}
+	if f.config != "" {
+		if err := applyConfigFile(fs, f.config); err != nil {
+			return err
+		}
+	}
+	if errs := logsapi.Validate(f.logs, nil, field.NewPath("logging")); len(errs) > 0 {
+		return fmt.Errorf("logging flags: %w", errs.ToAggregate())
+	}
+	// Logging is set up once per process (run is called again by tests).
+	var logErr error
+	applyLogging.Do(func() { logErr = logsapi.ValidateAndApply(f.logs, nil) })
+	if logErr != nil {
+		return fmt.Errorf("logging flags: %w", logErr)
 	}
 	sel, err := labels.Parse(f.poolSelector)
 	if err != nil {
@@ -172,6 +214,10 @@ func run(args []string) error {
 	if f.cfg.SyncPeriod < 0 {
 		return fmt.Errorf("--sync-period %v: must not be negative", f.cfg.SyncPeriod)
 	}
+	bestEffort := pluginargs.BestEffort{BestEffortPriorityThreshold: &f.threshold, GPUResourceName: f.gpuResource}
+	if errs := bestEffort.Validate(field.NewPath("")); len(errs) > 0 {
+		return fmt.Errorf("--gpu-resource %q: must be an extended resource name such as nvidia.com/gpu", f.gpuResource)
+	}
 	f.cfg.BestEffortPriorityThreshold = &f.threshold
 	f.cfg.GPUResource = v1.ResourceName(f.gpuResource)
 
@@ -191,6 +237,11 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if f.schedulerConfig != "" {
+		if err := checkSchedulerConfig(ctx, client, f.schedulerConfig, bestEffort); err != nil {
+			return err
+		}
+	}
 	klog.InfoS("Starting", "version", version.String())
 	controller.RegisterMetrics()
 	// Everything is checked before campaigning: a controller that cannot plan
@@ -251,6 +302,81 @@ func validateMetricsFlags(o vllm.Options) error {
 	}
 	if o.Concurrency < 0 {
 		return fmt.Errorf("--scrape-concurrency %d: must not be negative", o.Concurrency)
+	}
+	return nil
+}
+
+// checkSchedulerConfig reads gleaner-scheduler's profile from the ConfigMap
+// ref (NAMESPACE/NAME) and fails unless it agrees with want: a scheduler and a
+// controller that disagree about which pods are best-effort, or which resource
+// they borrow, would lend GPUs the controller never takes back.
+func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref string, want pluginargs.BestEffort) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--scheduler-config %q: want NAMESPACE/NAME of a ConfigMap", ref)
+	}
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("--scheduler-config: reading gleaner-scheduler's profile: %w", err)
+	}
+	config, ok := cm.Data["config.yaml"]
+	if !ok {
+		return fmt.Errorf("--scheduler-config: ConfigMap %s has no key config.yaml", ref)
+	}
+	if err := pluginargs.CheckProfiles([]byte(config), want); err != nil {
+		return fmt.Errorf("gleaner-scheduler's profile (ConfigMap %s) disagrees with --best-effort-priority-threshold=%d --gpu-resource=%s; set both from one value (the chart's bestEffortPriorityThreshold and gpuResourceName): %w",
+			ref, want.Threshold(), want.Resource(), err)
+	}
+	klog.InfoS("gleaner-scheduler's profile agrees with this controller", "configMap", ref, "bestEffortPriorityThreshold", want.Threshold(), "gpuResource", want.Resource())
+	return nil
+}
+
+// flatten is every named flag set in one, for parsing.
+func flatten(nfs cliflag.NamedFlagSets) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; --help prints the sections
+	for _, name := range nfs.Order {
+		fs.AddFlagSet(nfs.FlagSets[name])
+	}
+	return fs
+}
+
+// applyConfigFile sets each flag the YAML file path names, unless the command
+// line set it already: the file holds defaults, the command line overrides.
+// Lists become comma-separated values; an unknown name is an error.
+func applyConfigFile(fs *pflag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var settings map[string]any
+	if err := yaml.UnmarshalStrict(data, &settings); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		fl := fs.Lookup(name)
+		switch {
+		case fl == nil || name == "config" || name == "help" || name == "version":
+			return fmt.Errorf("--config %s: %q is not a gleaner-controller flag", path, name)
+		case fl.Changed:
+			continue
+		}
+		var value string
+		switch v := settings[name].(type) {
+		case []any:
+			parts := make([]string, len(v))
+			for i, e := range v {
+				parts[i] = fmt.Sprint(e)
+			}
+			value = strings.Join(parts, ",")
+		case map[string]any:
+			return fmt.Errorf("--config %s: %s: want a value or a list, not a map", path, name)
+		default:
+			value = fmt.Sprint(v)
+		}
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("--config %s: %s: %w", path, name, err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@
 package pluginargs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -81,4 +83,73 @@ func Decode(plugin string, obj runtime.Object, into Args) error {
 		return errs.ToAggregate()
 	}
 	return nil
+}
+
+// gleanerPlugins are the plugins whose args carry BestEffort.
+var gleanerPlugins = []string{"GPUHarvest", "ReclaimPreemption"}
+
+// CheckProfiles reports where a KubeSchedulerConfiguration (YAML or JSON, as
+// gleaner-scheduler reads it) disagrees with want about which pods are
+// best-effort and which resource they borrow. Every profile that enables or
+// configures GPUHarvest or ReclaimPreemption is checked, with the scheduler's
+// defaults for args it leaves out. A controller and a scheduler that disagree
+// would lend and reclaim different pods' GPUs, so gleaner-controller refuses to
+// run on an error from here.
+func CheckProfiles(config []byte, want BestEffort) error {
+	want.Default()
+	var cfg struct {
+		Kind     string `json:"kind"`
+		Profiles []struct {
+			SchedulerName string                                               `json:"schedulerName"`
+			Plugins       map[string]struct{ Enabled []struct{ Name string } } `json:"plugins"`
+			PluginConfig  []struct {
+				Name string          `json:"name"`
+				Args json.RawMessage `json:"args"`
+			} `json:"pluginConfig"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return fmt.Errorf("reading the scheduler's configuration: %w", err)
+	}
+	if cfg.Kind != "KubeSchedulerConfiguration" {
+		return fmt.Errorf("the scheduler's configuration is a %q, not a KubeSchedulerConfiguration", cfg.Kind)
+	}
+	var errs []error
+	checked := 0 // plugins checked over every profile
+	for _, p := range cfg.Profiles {
+		enabled := map[string]bool{}
+		for _, point := range p.Plugins {
+			for _, e := range point.Enabled {
+				enabled[e.Name] = true
+			}
+		}
+		for _, plugin := range gleanerPlugins {
+			var got BestEffort
+			uses := enabled[plugin]
+			for _, pc := range p.PluginConfig {
+				if pc.Name != plugin || len(pc.Args) == 0 {
+					continue
+				}
+				uses = true
+				if err := json.Unmarshal(pc.Args, &got); err != nil {
+					errs = append(errs, fmt.Errorf("profile %s, %s args: %w", p.SchedulerName, plugin, err))
+				}
+			}
+			if !uses {
+				continue
+			}
+			checked++
+			got.Default()
+			if got.Threshold() != want.Threshold() {
+				errs = append(errs, fmt.Errorf("profile %s, %s: bestEffortPriorityThreshold %d, but %d here", p.SchedulerName, plugin, got.Threshold(), want.Threshold()))
+			}
+			if got.Resource() != want.Resource() {
+				errs = append(errs, fmt.Errorf("profile %s, %s: gpuResourceName %s, but %s here", p.SchedulerName, plugin, got.Resource(), want.Resource()))
+			}
+		}
+	}
+	if len(errs) == 0 && checked == 0 {
+		errs = append(errs, errors.New("no profile uses GPUHarvest or ReclaimPreemption"))
+	}
+	return errors.Join(errs...)
 }

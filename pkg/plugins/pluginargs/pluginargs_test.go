@@ -1,6 +1,7 @@
 package pluginargs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,5 +46,56 @@ func TestDecodeIsStrict(t *testing.T) {
 	}
 	if err := Decode("Test", nil, &args); err != nil {
 		t.Fatalf("no args: %v", err)
+	}
+}
+
+// The controller's check of the scheduler's profile: agreement passes,
+// defaults count as written, and each disagreement is named by profile,
+// plugin and field.
+func TestCheckProfiles(t *testing.T) {
+	const profile = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: gleaner-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: GPUHarvest
+      - name: ReclaimPreemption
+  pluginConfig:
+  - name: GPUHarvest
+    args: {bestEffortPriorityThreshold: %d, gpuResourceName: %s}
+`
+	config := func(threshold int, resource string) []byte {
+		return []byte(fmt.Sprintf(profile, threshold, resource))
+	}
+	want := func(threshold int32, resource string) BestEffort {
+		return BestEffort{BestEffortPriorityThreshold: &threshold, GPUResourceName: resource}
+	}
+	if err := CheckProfiles(config(0, "nvidia.com/gpu"), BestEffort{}); err != nil {
+		t.Errorf("an agreeing profile: %v", err)
+	}
+	for _, tt := range []struct {
+		name   string
+		config []byte
+		want   BestEffort
+		errs   []string
+	}{
+		{"threshold", config(10, "nvidia.com/gpu"), BestEffort{}, []string{"profile gleaner-scheduler, GPUHarvest: bestEffortPriorityThreshold 10, but 0 here"}},
+		// ReclaimPreemption has no args: its default (0) disagrees with 5.
+		{"defaulted args", config(5, "nvidia.com/gpu"), want(5, "nvidia.com/gpu"), []string{"ReclaimPreemption: bestEffortPriorityThreshold 0, but 5 here"}},
+		{"resource", config(0, "amd.com/gpu"), BestEffort{}, []string{"gpuResourceName amd.com/gpu, but nvidia.com/gpu here"}},
+		{"not a scheduler configuration", []byte("kind: ConfigMap\n"), BestEffort{}, []string{`"ConfigMap", not a KubeSchedulerConfiguration`}},
+		{"no Gleaner plugin", []byte("kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n"), BestEffort{}, []string{"no profile uses GPUHarvest or ReclaimPreemption"}},
+		{"ill-typed args", []byte("kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: s\n  pluginConfig:\n  - name: GPUHarvest\n    args: {bestEffortPriorityThreshold: low}\n"), BestEffort{}, []string{"profile s, GPUHarvest args:"}},
+		{"not YAML", []byte("kind: [\n"), BestEffort{}, []string{"reading the scheduler's configuration"}},
+	} {
+		err := CheckProfiles(tt.config, tt.want)
+		for _, w := range tt.errs {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want an error containing %q", tt.name, err, w)
+			}
+		}
 	}
 }
