@@ -580,3 +580,46 @@ func TestTrainExampleRecordsLastCheckpointOnItsPod(t *testing.T) {
 		t.Fatalf("the step reported a failed annotation:\n%s", p.tail())
 	}
 }
+
+// Each example's usage comment passes every parameter that has no default:
+// otherwise Argo refuses the submission a reader copies from it.
+func TestArgoExampleUsagePassesRequiredParameters(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "examples", "argo", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, file := range files {
+		rel, _ := filepath.Rel(repoRoot(t), file)
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var usage strings.Builder
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.HasPrefix(line, "#") {
+				break
+			}
+			usage.WriteString(line + "\n")
+		}
+		for _, obj := range readRepoObjects(t, rel) {
+			if obj.GetKind() != "WorkflowTemplate" {
+				continue
+			}
+			params, _, _ := unstructured.NestedSlice(obj.Object, "spec", "arguments", "parameters")
+			for _, p := range params {
+				p := p.(map[string]any)
+				if _, hasDefault := p["value"]; hasDefault {
+					continue
+				}
+				checked++
+				if !strings.Contains(usage.String(), "-p "+p["name"].(string)+"=") {
+					t.Errorf("%s: the usage comment does not pass -p %s=, which has no default", rel, p["name"])
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no required parameter found in examples/argo")
+	}
+}
