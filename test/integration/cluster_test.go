@@ -5,10 +5,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 
+	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
@@ -103,18 +100,9 @@ func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
 // names the stream in errors. Empty documents are skipped.
 func decodeObjects(t *testing.T, data []byte, what string) []*unstructured.Unstructured {
 	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decoding %s: %v", what, err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, &obj)
-		}
+	objs, err := manifests.Decode(data)
+	if err != nil {
+		t.Fatalf("decoding %s: %v", what, err)
 	}
 	return objs
 }

@@ -23,12 +23,12 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
-// installPodGroupCRD creates the PodGroup CRD shipped in manifests/ and waits until it is served.
+// installPodGroupCRD creates the PodGroup CRD shipped in the chart (and manifests/shared) and waits until it is served.
 func installPodGroupCRD(t *testing.T, cp *controlPlane) {
 	t.Helper()
-	objs := readRepoObjects(t, "manifests/base/crds/podgroups.yaml")
+	objs := readRepoObjects(t, "charts/gleaner/crds/podgroups.yaml")
 	if len(objs) != 1 {
-		t.Fatalf("manifests/base/crds/podgroups.yaml holds %d objects, want the CRD alone", len(objs))
+		t.Fatalf("charts/gleaner/crds/podgroups.yaml holds %d objects, want the CRD alone", len(objs))
 	}
 	var crd apiextensionsv1.CustomResourceDefinition
 	fromUnstructured(t, objs[0], &crd)
@@ -68,7 +68,7 @@ func (e *harvestEnv) createPodGroup(name string, minMember int32, timeoutSeconds
 	}
 }
 
-// TestPodGroupCRDMatchesModule: the CRD shipped in manifests/ is the one of the
+// TestPodGroupCRDMatchesModule: the CRD shipped in the chart is the one of the
 // scheduler-plugins version in go.mod.
 func TestPodGroupCRDMatchesModule(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/scheduler-plugins").Output()
@@ -79,12 +79,12 @@ func TestPodGroupCRDMatchesModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shipped, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "crds", "podgroups.yaml"))
+	shipped, err := os.ReadFile(filepath.Join(repoRoot(t), "charts", "gleaner", "crds", "podgroups.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasSuffix(shipped, upstream) {
-		t.Fatal("manifests/base/crds/podgroups.yaml differs from the module's CRD: copy it again (keeping the header)")
+		t.Fatal("charts/gleaner/crds/podgroups.yaml differs from the module's CRD: copy it again (keeping the header)")
 	}
 }
 

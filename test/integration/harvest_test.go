@@ -93,7 +93,7 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 // installPriorityClasses creates the PriorityClasses exactly as shipped in manifests/.
 func (e *harvestEnv) installPriorityClasses() {
 	n := 0
-	for _, obj := range readRepoObjects(e.t, "manifests/base/priorityclasses.yaml") {
+	for _, obj := range readRepoObjects(e.t, "manifests/shared/priorityclasses.yaml") {
 		var pc schedulingv1.PriorityClass
 		fromUnstructured(e.t, obj, &pc)
 		if _, err := e.client.SchedulingV1().PriorityClasses().Create(context.Background(), &pc, metav1.CreateOptions{}); err != nil {
@@ -102,7 +102,7 @@ func (e *harvestEnv) installPriorityClasses() {
 		n++
 	}
 	if n != 2 {
-		e.t.Fatalf("manifests/base/priorityclasses.yaml holds %d PriorityClasses, want 2", n)
+		e.t.Fatalf("manifests/shared/priorityclasses.yaml holds %d PriorityClasses, want 2", n)
 	}
 }
 

@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -34,14 +37,17 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gleaner-dev/gleaner/internal/chart"
 	"github.com/gleaner-dev/gleaner/internal/manifests"
+	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
-// renderInstall renders manifests/ as `make manifests` does and decodes every object.
+// renderInstall renders manifests/shared and manifests/, as an install applies
+// them, and decodes every object.
 func renderInstall(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := manifests.Render(filepath.Join(repoRoot(t), "manifests"))
+	out, err := manifests.RenderInstall(filepath.Join(repoRoot(t), "manifests"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,26 +57,44 @@ func renderInstall(t *testing.T) []*unstructured.Unstructured {
 // applyStrict creates or updates obj with server-side apply and strict field
 // validation, so a misspelt field is an error rather than silently dropped.
 func applyStrict(ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured) error {
-	gvk := obj.GroupVersionKind()
-	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	return apply(ctx, cp, mapper, obj, nil)
+}
+
+// applyStrictDryRun is applyStrict that the API server checks and admits but
+// does not persist.
+func applyStrictDryRun(ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured) error {
+	return apply(ctx, cp, mapper, obj, []string{metav1.DryRunAll})
+}
+
+func apply(ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured, dryRun []string) error {
+	res, err := resourceFor(cp, mapper, obj)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+		return err
 	}
 	data, err := runtime.Encode(unstructured.UnstructuredJSONScheme, obj)
 	if err != nil {
 		return err
 	}
-	dyn := dynamic.NewForConfigOrDie(cp.config).Resource(mapping.Resource)
-	opts := metav1.PatchOptions{FieldManager: "gleaner-install", FieldValidation: "Strict", Force: new(true)}
-	if ns := obj.GetNamespace(); ns != "" {
-		_, err = dyn.Namespace(ns).Patch(ctx, obj.GetName(), types.ApplyPatchType, data, opts)
-	} else {
-		_, err = dyn.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, opts)
-	}
-	if err != nil {
-		return fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	opts := metav1.PatchOptions{FieldManager: "gleaner-install", FieldValidation: "Strict", Force: new(true), DryRun: dryRun}
+	if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, opts); err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// resourceFor is the dynamic client of obj's resource, in its namespace if it
+// has one.
+func resourceFor(cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	res := dynamic.NewForConfigOrDie(cp.config).Resource(mapping.Resource)
+	if ns := obj.GetNamespace(); ns != "" {
+		return res.Namespace(ns), nil
+	}
+	return res, nil
 }
 
 // TestInstall applies the rendered install YAML to an apiserver that enforces
@@ -82,6 +106,32 @@ func TestInstall(t *testing.T) {
 	ctx := context.Background()
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
 	objs := renderInstall(t)
+
+	// The chart with values other than its defaults applies as strictly, dry
+	// run (its PriorityClasses' values could not change afterwards).
+	createNamespace(t, cp.client, api.SystemNamespace)
+	for _, values := range []map[string]any{
+		{"bestEffortPriorityThreshold": 100, "gpuResourceName": "amd.com/gpu", "maxReclaimGraceSeconds": 300,
+			"priorityClasses": map[string]any{"bestEffort": 50, "keepOnUninstall": false}, "inferenceNamespaces": []any{"llm"},
+			"image":      map[string]any{"registry": "registry.example.com/ml", "pullPolicy": "Always"},
+			"scheduler":  map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("0f", 32)}, "replicas": 1, "nodeSelector": map[string]any{"node-role": "system"}, "gpuHarvest": map[string]any{"heartbeatTimeoutSeconds": 45}},
+			"controller": map[string]any{"tolerations": []any{map[string]any{"key": "system", "operator": "Exists", "effect": "NoSchedule"}}, "extraArgs": []any{"--forecast-horizon=20m"}}},
+		{"admissionPolicies": map[string]any{"enabled": false}, "imagePullSecrets": []any{"registry"},
+			"controller": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}, "limits": map[string]any{"memory": "2Gi"}}}},
+	} {
+		c, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"), values, api.SystemNamespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered := decodeObjects(t, c.YAML(), "the chart with non-default values")
+		for _, obj := range rendered {
+			if err := applyStrictDryRun(ctx, cp, mapper, obj); err != nil {
+				t.Errorf("values %v: %v", values, err)
+			}
+		}
+		t.Logf("applied (dry run) %d objects rendered from the chart with %v", len(rendered), values)
+	}
+
 	// Namespaces first, as kubectl orders them.
 	for _, pass := range []bool{true, false} {
 		for _, obj := range objs {
@@ -170,6 +220,10 @@ func TestInstall(t *testing.T) {
 				{"update", "", "nodes", "status", "", "gpu-a", false},
 				{"update", "coordination.k8s.io", "leases", "", api.SystemNamespace, "gleaner-scheduler", false},
 				{"update", "", "configmaps", "", api.SystemNamespace, "", false},
+				// The scheduler's profile, to check it agrees; no other ConfigMap.
+				{"get", "", "configmaps", "", api.SystemNamespace, "gleaner-scheduler-config", true},
+				{"get", "", "configmaps", "", api.SystemNamespace, "other", false},
+				{"update", "", "configmaps", "", api.SystemNamespace, "gleaner-scheduler-config", false},
 			}, noSecrets...),
 		}
 		for sa, checks := range components {
@@ -357,7 +411,116 @@ func TestInstall(t *testing.T) {
 				}
 			})
 		}
+
+		// Started with a threshold or GPU resource of its own, the controller
+		// reads the scheduler's profile and refuses to run.
+		deployment := renderedDeployment(t, objs, "gleaner-controller")
+		kubeconfig := serviceAccountKubeconfig(t, cp, "gleaner-controller")
+		for i, flag := range []string{"--best-effort-priority-threshold=5", "--gpu-resource=amd.com/gpu"} {
+			args, _ := processArgs(t, objs, deployment, kubeconfig)
+			p := startProcess(t, fmt.Sprintf("gleaner-controller-mismatch-%d", i), filepath.Join(bin, "gleaner-controller"), append(args, flag)...)
+			if code := p.wait(t, 30*time.Second); code == 0 {
+				t.Errorf("gleaner-controller %s exited 0 against the shipped profile", flag)
+			}
+			if out := p.output(); !strings.Contains(out, "gleaner-scheduler's profile (ConfigMap gleaner-system/gleaner-scheduler-config) disagrees") {
+				t.Errorf("gleaner-controller %s did not say why it stopped:\n%s", flag, p.tail())
+			}
+		}
 	})
+
+	t.Run("an uninstall leaves other teams working", func(t *testing.T) {
+		uninstallLeavesOtherTeams(t, ctx, cp, mapper)
+	})
+}
+
+// uninstallLeavesOtherTeams removes Gleaner as `kubectl delete -k manifests`
+// and `helm uninstall` would, and checks that another team's PodGroups and an
+// inference Deployment's new replicas still work: the CRD and the
+// PriorityClasses stay.
+func uninstallLeavesOtherTeams(t *testing.T, ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper) {
+	const team = "team-elsewhere"
+	createNamespace(t, cp.client, team)
+	serving := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "uninstall-serving", Labels: map[string]string{api.LabelInferenceNamespace: "true"}}}
+	if _, err := cp.client.CoreV1().Namespaces().Create(ctx, serving, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podGroups := dynamic.NewForConfigOrDie(cp.config).Resource(schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}).Namespace(team)
+	pg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": "their-gang"}, "spec": map[string]any{"minMember": int64(4)},
+	}}
+	if _, err := podGroups.Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicas := int32(1)
+	labels := map[string]string{"app": "chat", api.LabelRole: api.RoleInference}
+	inference := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: serving.Name, Name: "chat"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: v1.PodSpec{
+				PriorityClassName: api.PriorityClassInference,
+				Containers:        []v1.Container{{Name: "vllm", Image: "vllm", Resources: v1.ResourceRequirements{Requests: gpus(1), Limits: gpus(1)}}},
+			}}},
+	}
+	if _, err := cp.client.AppsV1().Deployments(serving.Name).Create(ctx, inference, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// What each uninstall deletes: every object of manifests/ (kubectl), and
+	// every template the chart renders but those Helm keeps (helm; CRDs in
+	// crds/ are never deleted).
+	out, err := manifests.Render(filepath.Join(repoRoot(t), "manifests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed := decodeObjects(t, out, "manifests/")
+	byHelm, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"), nil, api.SystemNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(byHelm.Templates)) {
+		for _, obj := range decodeObjects(t, []byte(byHelm.Templates[name]), name) {
+			if obj.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+				doomed = append(doomed, obj)
+			}
+		}
+	}
+	deleted := 0
+	for _, obj := range doomed {
+		res, err := resourceFor(cp, mapper, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch err := res.Delete(ctx, obj.GetName(), metav1.DeleteOptions{}); {
+		case err == nil:
+			deleted++
+		case !apierrors.IsNotFound(err):
+			t.Fatalf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	t.Logf("uninstall deleted %d objects", deleted)
+	if _, err := cp.client.RbacV1().ClusterRoles().Get(ctx, "gleaner-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the uninstall left ClusterRole gleaner-controller: %v", err)
+	}
+
+	// The other team's PodGroup is still there and still served, and a new one
+	// can be made.
+	if _, err := podGroups.Get(ctx, "their-gang", metav1.GetOptions{}); err != nil {
+		t.Errorf("another team's PodGroup after the uninstall: %v", err)
+	}
+	pg.SetName("their-next-gang")
+	if _, err := podGroups.Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Errorf("another team creating a PodGroup after the uninstall: %v", err)
+	}
+	// The inference Deployment's next replica is admitted with its priority.
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: serving.Name, GenerateName: "chat-", Labels: labels}, Spec: *inference.Spec.Template.Spec.DeepCopy()}
+	created, err := cp.client.CoreV1().Pods(serving.Name).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a new replica of the inference Deployment after the uninstall: %v", err)
+	}
+	if created.Spec.Priority == nil || *created.Spec.Priority != testobj.InferencePriority {
+		t.Errorf("the new replica's priority is %v, want gleaner-inference's %d", created.Spec.Priority, testobj.InferencePriority)
+	}
 }
 
 // checkMetricsAuthorized checks that url serves metrics only to a caller the

@@ -18,6 +18,7 @@ import (
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
@@ -40,7 +41,7 @@ func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) 
 // manifests/ ships it.
 func shippedSchedulerConfig(t *testing.T) []byte {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
+	raw, err := manifests.SchedulerConfig(filepath.Join(repoRoot(t), "manifests"))
 	if err != nil {
 		t.Fatalf("reading the shipped scheduler config: %v", err)
 	}
@@ -135,10 +136,7 @@ func trySetupScheduler(t *testing.T, ctx context.Context, kubeconfig string, con
 // TestGleanerSchedulerRejectsBadPluginArgs: a bad profile stops gleaner-scheduler
 // at start with a message naming the field, before it talks to any API server.
 func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := shippedSchedulerConfig(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	// Nothing listens here: Setup must fail on the config alone.
 	writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}, kubeconfig)
@@ -169,10 +167,7 @@ func TestGleanerSchedulerRejectsBadPluginArgs(t *testing.T) {
 // closed and full nodes most cheaply), scoring with its weight, ReclaimPreemption
 // instead of DefaultPreemption, and Gang at Permit.
 func TestShippedProfile(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "base", "scheduler", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := shippedSchedulerConfig(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	// The profile is built before the scheduler talks to the API server.
 	writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}, kubeconfig)
