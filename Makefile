@@ -3,41 +3,86 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 KUBE_VERSION := v1.37.2
 # Stamp the Kubernetes version too: the scheduler reports it and kubectl parses it.
 LDFLAGS := -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
+	-X github.com/gleaner-dev/gleaner/pkg/version.Commit=$(COMMIT) \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=37 \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 \
 	-X k8s.io/client-go/pkg/version.gitMinor=37
+# Static binaries without local paths, as the images and releases are: every
+# binary and the demo driver build with one configuration, so that a first
+# `make demo` compiles Kubernetes once. (Tests cannot take -trimpath: the
+# apiserver's test server finds its files from its source path.)
+export CGO_ENABLED := 0
+BUILDFLAGS := -trimpath
 # Unit tests: every package but the integration suite and the scheduler_perf benchmark.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/perf)
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: all build images push release test-images tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-# The local cluster's parts, built from the module graph (go.mod's tool block):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK.
+# Container images without a Docker engine (hack/images, go-containerregistry):
+# one per command, each its static binary, the CA certificates and a non-root
+# user on no base image, for every platform in PLATFORMS, written as OCI image
+# layouts in IMAGES_OUT with their digests in IMAGES_OUT/images.json.
+# `make push REGISTRY=registry.example.com/gleaner` pushes them.
+IMAGES := gleaner-scheduler gleaner-controller gleaner gleaner-train-example
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGES_OUT ?= dist/images
+images:
+	$(GO) run ./hack/images build --out $(IMAGES_OUT) --version $(VERSION) --ldflags '$(LDFLAGS)' --platforms $(PLATFORMS) $(IMAGES)
+
+push:
+	$(GO) run ./hack/images push --out $(IMAGES_OUT) --registry '$(REGISTRY)'
+
+# A release in dist/: the images for every platform, the chart packaged with
+# their digests pinned, shared.yaml and install.yaml (the same for kubectl),
+# the CLI for linux and darwin on amd64 and arm64, and checksums.txt.
+# RELEASE_REGISTRY is where `make push` will put the images.
+RELEASE_REGISTRY ?= ghcr.io/gleaner-dev
+release:
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
+	$(MAKE) images VERSION=$(VERSION) IMAGES_OUT=dist/images
+	$(GO) run ./hack/release --version $(VERSION) --out dist --images dist/images --registry $(RELEASE_REGISTRY) --ldflags '$(LDFLAGS)'
+
+# The images for this machine's platform, opened and checked, each binary run
+# from its layer with --version (internal/ociimage TestBuiltImages), and a
+# release's install.yaml pinned to their digests (TestReleaseOfBuiltImages).
+test-images:
+	$(MAKE) images PLATFORMS=linux/$$($(GO) env GOARCH) IMAGES_OUT=$(BIN)/images
+	GLEANER_IMAGES=$(abspath $(BIN)/images) $(GO) test -count=1 -run '^(TestBuiltImages|TestReleaseOfBuiltImages)$$' ./internal/ociimage ./internal/release
+
+# The local cluster's parts, built from the module graph as one program
+# (hack/localcluster): etcd, kube-apiserver, the Deployment and ReplicaSet
+# controllers and KWOK, each run as its own process. bin/tools/etcd links to it
+# for scheduler_perf, which starts etcd from PATH.
 TOOLS := $(BIN)/tools
 tools:
 	@mkdir -p $(TOOLS)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(TOOLS)/etcd go.etcd.io/etcd/server/v3
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(TOOLS)/ k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kwok/cmd/kwok
+	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(TOOLS)/localcluster ./hack/localcluster
+	ln -sf localcluster $(TOOLS)/etcd
 
-# dist/install.yaml: every object of manifests/, rendered with kustomize's library.
+# manifests/: the Helm chart charts/gleaner rendered with its default values,
+# as a kustomize tree (edit the chart; `make test-unit` fails when they differ).
+# dist/shared.yaml (the PodGroup CRD and PriorityClasses, kept by an uninstall)
+# and dist/install.yaml (Gleaner itself), each one YAML file for kubectl apply -f.
 manifests:
+	UPDATE_MANIFESTS=1 $(GO) test -count=1 -run '^TestManifestsAreTheChartRendered$$' ./internal/chart
 	@mkdir -p dist
+	$(GO) run ./hack/render manifests/shared > dist/shared.yaml
 	$(GO) run ./hack/render manifests > dist/install.yaml
-	@echo "wrote dist/install.yaml"
+	@echo "wrote manifests/, dist/shared.yaml and dist/install.yaml"
 
 # docs/reference/: every controller flag and plugin arg, written from the code.
 # `make test-unit` fails when they are stale.
@@ -71,15 +116,15 @@ bench-perf: tools
 # Logs land in bin/demo/<timestamp>/. See docs/demo.md.
 DEMO_MINUTES ?= 3
 demo: build tools
-	$(GO) run ./hack/demo --minutes=$(DEMO_MINUTES)
+	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=$(DEMO_MINUTES)
 
 # The demo with a 2-minute day and its self-checks (it exits non-zero when
 # Gleaner did not lend, reclaim in time or autoscale): about 3 minutes with warm
 # build caches, so `make test` runs it.
 demo-check: build tools
-	$(GO) run ./hack/demo --minutes=2
+	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=2
 
-test: test-unit test-integration test-faults demo-check
+test: test-unit test-integration test-faults demo-check test-images
 
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)

@@ -64,7 +64,7 @@ func (c *cluster) startControlPlane(ctx context.Context, tools string) error {
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	if c.procs["etcd"], err = c.sup.start("etcd", filepath.Join(tools, "etcd"),
+	if c.procs["etcd"], err = c.sup.start("etcd", filepath.Join(tools, "localcluster"), "etcd",
 		"--name=demo", "--data-dir="+filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -93,7 +93,7 @@ func (c *cluster) startControlPlane(ctx context.Context, tools string) error {
 	if err := writeRSAKey(saKey); err != nil {
 		return err
 	}
-	if c.procs["kube-apiserver"], err = c.sup.start("kube-apiserver", filepath.Join(tools, "kube-apiserver"),
+	if c.procs["kube-apiserver"], err = c.sup.start("kube-apiserver", filepath.Join(tools, "localcluster"), "kube-apiserver",
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
 		"--cert-dir="+pki, // self-signed serving certificate
@@ -126,12 +126,15 @@ func (c *cluster) startComponents(ctx context.Context, cfg Config, t timing, obj
 	var err error
 	tools := cfg.ToolsDir
 	kc := "--kubeconfig=" + c.kubeconfig
-	if c.procs["kube-controller-manager"], err = c.sup.start("kube-controller-manager", filepath.Join(tools, "kube-controller-manager"),
-		kc, "--controllers=deployment,replicaset", "--leader-elect=false", "--secure-port=0",
-		"--use-service-account-credentials=false", "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2"); err != nil {
+	// kube-controller-manager's Deployment and ReplicaSet controllers, the
+	// only ones the demo needs (hack/localcluster).
+	if c.procs["kube-controllers"], err = c.sup.start("kube-controllers", filepath.Join(tools, "localcluster"), "controllers",
+		kc, "--workers=2"); err != nil {
 		return err
 	}
-	if c.procs["kube-scheduler"], err = c.sup.start("kube-scheduler", filepath.Join(tools, "kube-scheduler"),
+	// The cluster's default scheduler: gleaner-scheduler is kube-scheduler,
+	// and without a profile of its own it runs the default one.
+	if c.procs["kube-scheduler"], err = c.sup.start("kube-scheduler", filepath.Join(cfg.BinDir, "gleaner-scheduler"),
 		kc, "--leader-elect=false", "--secure-port=0"); err != nil {
 		return err
 	}
@@ -139,7 +142,7 @@ func (c *cluster) startComponents(ctx context.Context, cfg Config, t timing, obj
 	if err := os.WriteFile(stages, kwokStages, 0o600); err != nil {
 		return err
 	}
-	if c.procs["kwok"], err = c.sup.start("kwok", filepath.Join(tools, "kwok"),
+	if c.procs["kwok"], err = c.sup.start("kwok", filepath.Join(tools, "localcluster"), "kwok",
 		kc, "--manage-all-nodes=true", "--cidr="+kwokPodCIDR, "--config="+stages, "--node-lease-duration-seconds=0"); err != nil {
 		return err
 	}

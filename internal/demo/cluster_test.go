@@ -14,7 +14,7 @@ import (
 // TestComponentArgsFromShippedManifests: the demo runs the components with
 // the args and scheduler configuration manifests/ ships, made local.
 func TestComponentArgsFromShippedManifests(t *testing.T) {
-	out, err := manifests.Render("../../manifests")
+	out, err := manifests.RenderInstall("../../manifests")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package demo runs Gleaner on a local cluster through a compressed day of
-// inference traffic: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, KWOK (GPU nodes), gleaner-scheduler, gleaner-controller and
-// `gleaner vllm-sim`, each a process of its own, driven by this package, which
+// inference traffic: etcd, kube-apiserver, the Deployment and ReplicaSet
+// controllers, the default scheduler, KWOK (GPU nodes), gleaner-scheduler,
+// gleaner-controller and `gleaner vllm-sim`, each a process of its own, driven by this package, which
 // plays the users: it sends the inference traffic, queues best-effort jobs and
 // retries the evicted ones, then reports what Gleaner harvested and checks
 // that it worked.
@@ -17,8 +17,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"github.com/gleaner-dev/gleaner/internal/manifests"
 )
 
@@ -30,7 +28,7 @@ type Config struct {
 	QueueDepth  int    // best-effort jobs of each kind kept waiting
 	RepoDir     string // repository root, for manifests/
 	BinDir      string // gleaner, gleaner-scheduler, gleaner-controller
-	ToolsDir    string // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+	ToolsDir    string // localcluster: etcd, kube-apiserver, the Deployment and ReplicaSet controllers, KWOK
 	LogRoot     string // the run's folder is created in it
 	Out         io.Writer
 	Seed        int64
@@ -46,17 +44,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	for _, b := range []string{filepath.Join(cfg.BinDir, "gleaner"), filepath.Join(cfg.BinDir, "gleaner-scheduler"), filepath.Join(cfg.BinDir, "gleaner-controller"),
-		filepath.Join(cfg.ToolsDir, "etcd"), filepath.Join(cfg.ToolsDir, "kube-apiserver"), filepath.Join(cfg.ToolsDir, "kube-controller-manager"),
-		filepath.Join(cfg.ToolsDir, "kube-scheduler"), filepath.Join(cfg.ToolsDir, "kwok")} {
+		filepath.Join(cfg.ToolsDir, "localcluster")} {
 		if _, err := os.Stat(b); err != nil {
 			return missingBinary(b)
 		}
 	}
-	rendered, err := manifests.Render(filepath.Join(cfg.RepoDir, "manifests"))
+	rendered, err := manifests.RenderInstall(filepath.Join(cfg.RepoDir, "manifests"))
 	if err != nil {
 		return err
 	}
-	objs, err := decodeObjects(rendered)
+	objs, err := decodeYAML(rendered)
 	if err != nil {
 		return err
 	}
@@ -83,7 +80,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := installGleanerAPIs(ctx, c, objs); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Starting kube-controller-manager, kube-scheduler, KWOK, vllm-sim, gleaner-scheduler, gleaner-controller ...\n")
+	fmt.Fprintf(out, "Starting the Deployment and ReplicaSet controllers, kube-scheduler, KWOK, vllm-sim, gleaner-scheduler, gleaner-controller ...\n")
 	if err := c.startComponents(ctx, cfg, t, objs); err != nil {
 		return err
 	}
@@ -114,8 +111,4 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	fmt.Fprintf(out, "\nSelf-checks passed: %s\n", rep.passed())
 	return nil
-}
-
-func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	return decodeYAML(data)
 }

@@ -1,11 +1,9 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
@@ -30,32 +28,25 @@ const (
 )
 
 func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return objs, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("decoding the rendered manifests: %w", err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, &obj)
-		}
+	objs, err := manifests.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the rendered manifests: %w", err)
 	}
+	return objs, nil
 }
 
 // installGleanerAPIs applies the shipped Namespace, PriorityClasses, PodGroup
-// CRD, ServiceAccounts and RBAC with server-side apply. The components' own
-// Deployments, ConfigMaps and Services are not applied: here they run as
-// local processes, with their ServiceAccounts' tokens.
+// CRD, ServiceAccounts, RBAC and the scheduler's ConfigMap (the controller
+// checks its own flags against it) with server-side apply. The components'
+// Deployments and Services are not applied: here they run as local
+// processes, with their ServiceAccounts' tokens.
 func installGleanerAPIs(ctx context.Context, c *cluster, objs []*unstructured.Unstructured) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
 	dyn, err := dynamic.NewForConfig(c.config)
 	if err != nil {
 		return err
 	}
-	kinds := []string{"Namespace", "PriorityClass", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	kinds := []string{"Namespace", "PriorityClass", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap"}
 	for _, kind := range kinds {
 		for _, obj := range objs {
 			if obj.GetKind() != kind {
@@ -98,7 +89,7 @@ func installGleanerAPIs(ctx context.Context, c *cluster, objs []*unstructured.Un
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the PodGroup CRD from manifests/base/crds was not served within 30s")
+			return errors.New("the PodGroup CRD from manifests/shared was not served within 30s")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

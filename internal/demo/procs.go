@@ -45,7 +45,7 @@ func newSupervisor(logDir string) *supervisor {
 func missingBinary(path string) error {
 	how := "make build"
 	switch filepath.Base(path) {
-	case "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok":
+	case "localcluster":
 		how = "make tools"
 	}
 	return fmt.Errorf("%s is missing: build it with `%s` (or run `make demo`, which builds everything)", path, how)

@@ -106,7 +106,7 @@ func actAsController(tCtx ktesting.TContext) error {
 
 // installPodGroupCRD applies the PodGroup CRD Gleaner ships (Gang reads PodGroups).
 func installPodGroupCRD(tCtx ktesting.TContext) error {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "manifests", "base", "crds", "podgroups.yaml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "charts", "gleaner", "crds", "podgroups.yaml"))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,147 @@
+// Package release makes a release's artefacts from the built images: the
+// chart packaged with its images pinned by digest, the same as kubectl
+// manifests, and checksums.
+package release
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+
+	"github.com/gleaner-dev/gleaner/internal/chart"
+)
+
+// Version is a release version: vMAJOR.MINOR.PATCH with an optional
+// pre-release.
+var Version = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+
+// Components are the chart's components with their own image: values key to
+// image name.
+var Components = map[string]string{"scheduler": "gleaner-scheduler", "controller": "gleaner-controller"}
+
+// PinValues rewrites the chart's values.yaml text so that registry, tag and
+// each component's digest are set, keeping its comments. digests maps image
+// names to sha256:... digests. It fails unless every line it sets is found
+// once, so a reshaped values.yaml cannot silently ship unpinned.
+func PinValues(values []byte, registry, tag string, digests map[string]string) ([]byte, error) {
+	s := string(values)
+	set := func(pattern, replacement, what string) error {
+		re := regexp.MustCompile(pattern)
+		if n := len(re.FindAllStringIndex(s, -1)); n != 1 {
+			return fmt.Errorf("values.yaml: %s found %d times, want once", what, n)
+		}
+		s = re.ReplaceAllLiteralString(s, replacement)
+		return nil
+	}
+	if err := set(`(?m)^  registry: .*$`, "  registry: "+registry, "image.registry"); err != nil {
+		return nil, err
+	}
+	if err := set(`(?m)^  tag: .*$`, `  tag: "`+tag+`"`, "image.tag"); err != nil {
+		return nil, err
+	}
+	for _, key := range slices.Sorted(maps.Keys(Components)) {
+		name := Components[key]
+		d, ok := digests[name]
+		if !ok {
+			return nil, fmt.Errorf("no digest for image %s", name)
+		}
+		// The component's image block: name, then (comments and) digest.
+		pattern := `(?m)^(` + key + `:\n  image:\n    name: ` + regexp.QuoteMeta(name) + `\n(?:    #.*\n)*)    digest: .*$`
+		re := regexp.MustCompile(pattern)
+		if n := len(re.FindAllStringIndex(s, -1)); n != 1 {
+			return nil, fmt.Errorf("values.yaml: %s.image.digest found %d times, want once", key, n)
+		}
+		s = re.ReplaceAllString(s, "${1}    digest: "+d)
+	}
+	return []byte(s), nil
+}
+
+// PackageChart writes the chart in chartDir as outDir/gleaner-X.Y.Z.tgz with
+// version (vX.Y.Z) as its version and appVersion, and its images pinned.
+func PackageChart(chartDir, outDir, version, registry string, digests map[string]string) (string, error) {
+	if !Version.MatchString(version) {
+		return "", fmt.Errorf("version %q: want vMAJOR.MINOR.PATCH", version)
+	}
+	ch, err := chart.LoadChart(chartDir)
+	if err != nil {
+		return "", err
+	}
+	ch.Metadata.Version = strings.TrimPrefix(version, "v")
+	ch.Metadata.AppVersion = version
+	found := false
+	for _, f := range ch.Raw {
+		if f.Name != chartutil.ValuesfileName {
+			continue
+		}
+		if f.Data, err = PinValues(f.Data, registry, version, digests); err != nil {
+			return "", err
+		}
+		found = true
+	}
+	if !found {
+		return "", fmt.Errorf("chart %s has no %s", chartDir, chartutil.ValuesfileName)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", err
+	}
+	return chartutil.Save(ch, outDir)
+}
+
+// Manifests renders the packaged chart with its own (pinned) values into
+// what kubectl applies: shared.yaml (CRDs, PriorityClasses) and install.yaml
+// (the Namespace and Gleaner itself).
+func Manifests(chartPath string) (shared, install []byte, err error) {
+	c, err := chart.RenderChart(chartPath, nil, chart.Namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	shared, own := c.Split()
+	return shared, append([]byte("---\n"+chart.NamespaceYAML), own...), nil
+}
+
+// Checksums writes dir/checksums.txt: the SHA-256 of each file, as
+// sha256sum prints them (`sha256sum -c checksums.txt` checks them).
+func Checksums(dir string, files []string) error {
+	var b strings.Builder
+	for _, name := range slices.Sorted(slices.Values(files)) {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(h.Sum(nil)), name)
+	}
+	return os.WriteFile(filepath.Join(dir, "checksums.txt"), []byte(b.String()), 0o644)
+}
+
+// Build compiles the commands named (directories under cmd/) for goos/goarch
+// into dir, as every release binary and image is built: static
+// (CGO_ENABLED=0), without local paths (-trimpath), with ldflags.
+func Build(dir, goos, goarch, ldflags string, commands ...string) error {
+	args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", dir + string(filepath.Separator)}
+	for _, c := range commands {
+		args = append(args, "./cmd/"+c)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building %s for %s/%s: %w", strings.Join(commands, ", "), goos, goarch, err)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package release
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gleaner-dev/gleaner/internal/chart"
+	"github.com/gleaner-dev/gleaner/internal/manifests"
+	"github.com/gleaner-dev/gleaner/internal/ociimage"
+)
+
+const chartDir = "../../charts/gleaner"
+
+func objects(t *testing.T, stream []byte) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := manifests.Decode(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// checkPinned checks that install runs each component's image from registry
+// by the digest digests gives it, and nothing else.
+func checkPinned(t *testing.T, install []byte, registry string, digests map[string]string) {
+	t.Helper()
+	n := 0
+	for _, o := range objects(t, install) {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		img, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
+		d, ok := digests[o.GetName()]
+		if !ok {
+			t.Errorf("install.yaml's Deployment %s has no built image", o.GetName())
+			continue
+		}
+		if want := registry + "/" + o.GetName() + "@" + d; img != want {
+			t.Errorf("install.yaml runs %s as %q, want %s", o.GetName(), img, want)
+		}
+		n++
+	}
+	if n != len(Components) {
+		t.Errorf("checked %d Deployments, want %d", n, len(Components))
+	}
+}
+
+// A release's install.yaml and packaged chart run exactly the images that
+// were built, by digest, from the release's registry; the CRDs and
+// PriorityClasses are apart in shared.yaml.
+func TestReleasePinsTheBuiltImages(t *testing.T) {
+	digests := map[string]string{
+		"gleaner-scheduler":  "sha256:" + strings.Repeat("1a", 32),
+		"gleaner-controller": "sha256:" + strings.Repeat("2b", 32),
+	}
+	out := t.TempDir()
+	pkg, err := PackageChart(chartDir, out, "v1.2.3", "registry.example.com/ml", digests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(pkg) != "gleaner-1.2.3.tgz" {
+		t.Errorf("packaged as %s", pkg)
+	}
+	ch, err := chart.LoadChart(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Metadata.Version != "1.2.3" || ch.Metadata.AppVersion != "v1.2.3" {
+		t.Errorf("chart version %s, appVersion %s", ch.Metadata.Version, ch.Metadata.AppVersion)
+	}
+	shared, install, err := Manifests(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPinned(t, install, "registry.example.com/ml", digests)
+	kinds := map[string]bool{}
+	for _, o := range objects(t, install) {
+		kinds[o.GetKind()] = true
+	}
+	if !kinds["Namespace"] || kinds["CustomResourceDefinition"] || kinds["PriorityClass"] {
+		t.Errorf("install.yaml holds %v: want the Namespace, and no CRD or PriorityClass", kinds)
+	}
+	sharedKinds := map[string]int{}
+	for _, o := range objects(t, shared) {
+		sharedKinds[o.GetKind()]++
+	}
+	if sharedKinds["CustomResourceDefinition"] != 1 || sharedKinds["PriorityClass"] != 2 || len(sharedKinds) != 2 {
+		t.Errorf("shared.yaml holds %v", sharedKinds)
+	}
+
+	if err := Checksums(out, []string{filepath.Base(pkg)}); err != nil {
+		t.Fatal(err)
+	}
+	sums, _ := os.ReadFile(filepath.Join(out, "checksums.txt"))
+	if !strings.HasSuffix(string(sums), "  gleaner-1.2.3.tgz\n") || len(strings.Fields(string(sums))[0]) != 64 {
+		t.Errorf("checksums.txt: %q", sums)
+	}
+}
+
+// Nothing ships half pinned: a missing digest, a reshaped values.yaml or a
+// bad version stops the release.
+func TestReleaseRefusesToPinHalfway(t *testing.T) {
+	values, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := map[string]string{"gleaner-scheduler": "sha256:" + strings.Repeat("1a", 32), "gleaner-controller": "sha256:" + strings.Repeat("2b", 32)}
+	if _, err := PinValues(values, "r", "v1.0.0", map[string]string{"gleaner-scheduler": full["gleaner-scheduler"]}); err == nil || !strings.Contains(err.Error(), "no digest for image gleaner-controller") {
+		t.Errorf("a missing digest: %v", err)
+	}
+	reshaped := bytes.Replace(values, []byte("    name: gleaner-controller\n"), []byte("    name: controller\n"), 1)
+	if _, err := PinValues(reshaped, "r", "v1.0.0", full); err == nil || !strings.Contains(err.Error(), "controller.image.digest found 0 times") {
+		t.Errorf("a reshaped values.yaml: %v", err)
+	}
+	if _, err := PackageChart(chartDir, t.TempDir(), "1.0", "r", full); err == nil {
+		t.Error("version 1.0 was accepted")
+	}
+}
+
+// With the images `make images` really built (GLEANER_IMAGES), the release's
+// install.yaml runs exactly their digests.
+func TestReleaseOfBuiltImages(t *testing.T) {
+	dir := os.Getenv("GLEANER_IMAGES")
+	if dir == "" {
+		t.Skip("GLEANER_IMAGES is not set: `make test-images` builds the images and runs this test on them")
+	}
+	built, err := ociimage.ReadBuilt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests := built.Digests()
+	pkg, err := PackageChart(chartDir, t.TempDir(), "v0.0.0-test", "registry.example.com/ml", digests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, install, err := Manifests(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPinned(t, install, "registry.example.com/ml", digests)
+}
