@@ -20,7 +20,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -39,6 +41,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/status"
 	"github.com/gleaner-dev/gleaner/pkg/version"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
@@ -65,6 +68,7 @@ type flags struct {
 	showVersion                bool
 	windows                    string
 	windowZone                 string
+	price, currency            string
 	cfg                        controller.Config
 	le                         controller.LeaderElection
 	serving                    *controller.ServingOptions
@@ -87,6 +91,10 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("pool").Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
 	nfs.FlagSet("pool").StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
 	nfs.FlagSet("pool").StringVar(&f.schedulerConfig, "scheduler-config", "", "NAMESPACE/NAME of the ConfigMap holding gleaner-scheduler's KubeSchedulerConfiguration (key config.yaml). The controller refuses to start when a profile's GPUHarvest or ReclaimPreemption args disagree with --best-effort-priority-threshold or --gpu-resource. Empty skips the check.")
+	nfs.FlagSet("status").StringVar(&f.cfg.Status.PoolName, "pool-name", api.PoolInference, "Name of the GPUPool this controller publishes (kubectl get gpupools): the pool at a glance, its last 24 hours and the next 24 forecast.")
+	nfs.FlagSet("status").DurationVar(&f.cfg.Status.Interval, "status-interval", 10*time.Second, "Least time between two writes of the GPUPool or of one namespace's HarvestReport when they change; unchanged, they are written again every minute.")
+	nfs.FlagSet("status").StringVar(&f.price, "gpu-hour-price", "", "Price of one GPU-hour, a decimal such as 2.50: each namespace's HarvestReport values its harvested GPU-hours at it. Empty: no value is published.")
+	nfs.FlagSet("status").StringVar(&f.currency, "currency", "USD", "Currency of --gpu-hour-price, 1 to 8 letters.")
 	nfs.FlagSet("demand").Float64Var(&f.cfg.TargetLoad, "target-load", demand.DefaultTargetLoad, "Running plus waiting requests one inference replica should carry.")
 	nfs.FlagSet("demand").Float64Var(&f.cfg.TargetKVCache, "target-kv-cache", demand.DefaultTargetKVCache, "KV-cache usage (0..1) one replica should carry, for services with gleaner.dev/load-metric: kv-cache.")
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.Horizon, "forecast-horizon", f.cfg.Policy.Horizon, "How far ahead demand is forecast: GPUs are freed this long before the forecast says inference needs them.")
@@ -220,6 +228,15 @@ func run(args []string) error {
 	}
 	f.cfg.BestEffortPriorityThreshold = &f.threshold
 	f.cfg.GPUResource = v1.ResourceName(f.gpuResource)
+	if f.cfg.Status.Price, err = status.ParsePrice(f.price, f.currency); err != nil {
+		return fmt.Errorf("--gpu-hour-price %q --currency %q: %w", f.price, f.currency, err)
+	}
+	if f.cfg.Status.Interval < time.Second {
+		return fmt.Errorf("--status-interval %v: must be at least 1s", f.cfg.Status.Interval)
+	}
+	if errs := validation.IsDNS1123Subdomain(f.cfg.Status.PoolName); len(errs) > 0 {
+		return fmt.Errorf("--pool-name %q: %s", f.cfg.Status.PoolName, strings.Join(errs, "; "))
+	}
 
 	restCfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
@@ -234,6 +251,9 @@ func run(args []string) error {
 	pgCfg.ContentType, pgCfg.AcceptContentTypes = "application/json", "application/json"
 	if f.cfg.PodGroups, err = pgclientset.NewForConfig(pgCfg); err != nil {
 		return fmt.Errorf("PodGroup client: %w", err)
+	}
+	if f.cfg.Status.Client, err = dynamic.NewForConfig(pgCfg); err != nil {
+		return fmt.Errorf("status client: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

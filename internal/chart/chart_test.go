@@ -195,6 +195,8 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"not a resource name", "gpuResourceName: gpu\n", []string{"/gpuResourceName"}},
 		{"not a flag", "controller:\n  extraArgs: [forecast-horizon=20m]\n", []string{"/controller/extraArgs/0"}},
 		{"grace out of range", "maxReclaimGraceSeconds: 0\n", []string{"/maxReclaimGraceSeconds"}},
+		{"not a price", "status:\n  gpuHourPrice: \"-2.50\"\n", []string{"/status/gpuHourPrice"}},
+		{"a price as a number", "status:\n  gpuHourPrice: 2.5\n", []string{"/status/gpuHourPrice", "string"}},
 	} {
 		var vals map[string]any
 		if err := yaml.Unmarshal([]byte(tt.values), &vals); err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/status"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -90,7 +91,9 @@ type Config struct {
 	// (minMember): an elastic gang sheds members above it instead of going
 	// whole. Nil, or a PodGroup not (yet) seen: the gang goes whole.
 	PodGroups pgclientset.Interface
-	Clock     clock.PassiveClock
+	// Status configures the GPUPool and HarvestReports published for people.
+	Status StatusConfig
+	Clock  clock.PassiveClock
 }
 
 // HeartbeatLease names the controller's heartbeat Lease and its timeout.
@@ -159,6 +162,7 @@ func (c *Config) defaults() {
 	if c.Heartbeat.Timeout <= 0 {
 		c.Heartbeat.Timeout = max(15*time.Second, 3*c.SyncPeriod)
 	}
+	c.Status.defaults()
 }
 
 // DefaultStartupDeadline is how long an inference pod may take from creation
@@ -195,6 +199,9 @@ type Controller struct {
 	recorder  record.EventRecorder
 	planner   *round.Planner
 	heartbeat *heartbeat
+	// ledger keeps each namespace's harvest and jobs; status publishes them.
+	ledger *status.Ledger
+	status *publisher
 
 	// State touched only by Sync (and Run after the last Sync).
 	lastSync      time.Time
@@ -238,6 +245,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		pgFactory = pginformers.NewSharedInformerFactory(cfg.PodGroups, 0)
 		podGroups = pgFactory.Scheduling().V1alpha1().PodGroups().Lister()
 	}
+	ledger := &status.Ledger{Threshold: *cfg.BestEffortPriorityThreshold, GPUResource: cfg.GPUResource}
 	return &Controller{
 		podGroups:   podGroups,
 		pgFactory:   pgFactory,
@@ -255,6 +263,8 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		broadcast: broadcast,
 		recorder:  recorder,
 		planner:   round.New(cfg.Policy),
+		ledger:    ledger,
+		status:    &publisher{cfg: cfg.Status, ledger: ledger},
 		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
 			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
 
@@ -313,6 +323,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	case <-time.After(c.cfg.Metrics.Interval + c.cfg.Metrics.Timeout):
+	}
+	// Before the first round, so that pods placed before a restart are not
+	// placed again in their jobs' timelines (retried each round if it fails).
+	if err := c.status.restore(ctx); err != nil {
+		logger.Error(err, "Reading back the published status; retrying each round")
 	}
 	logger.Info("Planning harvest", "syncPeriod", c.cfg.SyncPeriod)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
@@ -470,9 +485,12 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 		}
 	}
 	// The round counts for the scheduler only if every verdict is current.
+	planning := false
 	if len(errs) == 0 {
 		if err := c.heartbeat.beat(ctx); err != nil {
 			errs = append(errs, err)
+		} else {
+			planning = true
 		}
 	}
 	if len(d.Reclaims) > 0 {
@@ -497,6 +515,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 				noticeLead.Observe(now.Sub(w.Since).Seconds())
 			}
 			lostWorkGPUSeconds.Add(m.LostWork)
+			c.ledger.Evicted(now, m.Pod, evictedWhy(o.Node, d.Plan.HeadroomFor[o.Node]), m.LostWork)
 			return nil
 		})
 		for _, o := range owed {
@@ -505,6 +524,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 		errs = append(errs, evictErrs...)
 	}
 	errs = append(errs, c.notify(ctx, o.pods, d)...)
+	c.ledger.Noticed(now, noticesOf(d))
 	errs = append(errs, c.scale(ctx, d.Scale)...)
 	// Availability only ranks nodes for the scheduler: last, so its writes
 	// never delay a verdict, an eviction or a scale change.
@@ -512,6 +532,8 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 		errs = append(errs, err)
 	}
 	c.saveProfiles(ctx, now, c.planner.ProfilesDue(now, false))
+	// What people read comes after everything Gleaner's promise rests on.
+	errs = append(errs, c.status.publish(ctx, now, o, d, c.planner, planning)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}
@@ -528,28 +550,28 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than two periods (e.g. a new leader) is not counted: the
 	// pods may have changed in between.
-	var elapsed float64
+	var elapsed time.Duration
 	if !c.lastSync.IsZero() && now.Sub(c.lastSync) <= 2*c.cfg.SyncPeriod {
-		elapsed = now.Sub(c.lastSync).Seconds()
+		elapsed = now.Sub(c.lastSync)
 	}
 	c.lastSync = now
+	onPool := func(name string) bool { n, ok := nodes[name]; return ok && n.InPool }
+	for ns, s := range c.ledger.Observe(now, pods, onPool, elapsed) {
+		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
+		if c.harvestSeries == nil {
+			c.harvestSeries = map[string]bool{}
+		}
+		c.harvestSeries[ns] = true
+	}
 	// On the first round every bound pod is history: a restart must not count its wait again.
 	first := c.seenBound == nil
 	present := make(map[types.UID]bool, len(c.seenBound))
 	for _, p := range pods {
 		n, ok := nodes[p.Spec.NodeName]
-		if !ok || !n.InPool || !api.HoldsResources(p) {
+		if !ok || !n.InPool || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) {
 			continue
 		}
 		switch {
-		case api.IsBestEffort(p, threshold):
-			if elapsed > 0 {
-				harvestedGPUSeconds.WithLabelValues(p.Namespace).Add(float64(api.PodGPUs(p, c.cfg.GPUResource)) * elapsed)
-				if c.harvestSeries == nil {
-					c.harvestSeries = map[string]bool{}
-				}
-				c.harvestSeries[p.Namespace] = true
-			}
 		case api.IsInference(p):
 			scheduled := scheduledAt(p)
 			if scheduled.IsZero() {
@@ -570,6 +592,20 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 			delete(c.harvestSeries, ns)
 		}
 	}
+	for _, ns := range c.ledger.Namespaces() {
+		if _, err := c.namespaces.Get(ns); apierrors.IsNotFound(err) {
+			c.ledger.Forget(ns)
+		}
+	}
+}
+
+// evictedWhy is the sentence a job's timeline gives for an eviction.
+func evictedWhy(node string, services []string) string {
+	who := "inference"
+	if len(services) > 0 {
+		who = strings.Join(services, ", ")
+	}
+	return fmt.Sprintf("evicted: the GPUs of node %s are needed by %s", node, who)
 }
 
 // scheduledAt is when the pod's PodScheduled condition turned true.

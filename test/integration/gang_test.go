@@ -25,10 +25,16 @@ import (
 
 // installPodGroupCRD creates the PodGroup CRD shipped in the chart (and manifests/shared) and waits until it is served.
 func installPodGroupCRD(t *testing.T, cp *controlPlane) {
+	installCRD(t, cp, "charts/gleaner/crds/podgroups.yaml")
+}
+
+// installCRD creates the CRD of a file of the repository (it must hold that
+// alone) and waits until it is served.
+func installCRD(t *testing.T, cp *controlPlane, file string) {
 	t.Helper()
-	objs := readRepoObjects(t, "charts/gleaner/crds/podgroups.yaml")
+	objs := readRepoObjects(t, file)
 	if len(objs) != 1 {
-		t.Fatalf("charts/gleaner/crds/podgroups.yaml holds %d objects, want the CRD alone", len(objs))
+		t.Fatalf("%s holds %d objects, want the CRD alone", file, len(objs))
 	}
 	var crd apiextensionsv1.CustomResourceDefinition
 	fromUnstructured(t, objs[0], &crd)
@@ -36,7 +42,7 @@ func installPodGroupCRD(t *testing.T, cp *controlPlane) {
 	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(context.Background(), &crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the PodGroup CRD to be established", func(ctx context.Context) (bool, error) {
+	eventually(t, 30*time.Second, "CRD "+crd.Name+" to be established", func(ctx context.Context) (bool, error) {
 		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

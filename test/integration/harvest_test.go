@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
@@ -80,6 +85,8 @@ func startHarvestEnv(t *testing.T) *harvestEnv {
 	// Before the scheduler starts, as the shipped manifests do: a PodGroup informer
 	// started before its CRD exists retries with a growing backoff.
 	installPodGroupCRD(t, cp)
+	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_gpupools.yaml")
+	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_harvestreports.yaml")
 	for _, name := range []string{"gpu-a", "gpu-b"} {
 		createGPUNode(t, cp.client, name, 8, map[string]string{api.LabelPool: api.PoolInference})
 	}
@@ -125,6 +132,8 @@ func (e *harvestEnv) startControllerOn(client kubernetes.Interface, tweak func(*
 	cfg := controller.Config{
 		Metrics:   vllm.Options{Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second},
 		PodGroups: podGroupClient(e.cp),
+		Status: controller.StatusConfig{Client: dynamic.NewForConfigOrDie(rest.CopyConfig(e.cp.config)), Interval: time.Second,
+			Price: &v1alpha1.Price{PerGPUHour: "3.60", Currency: "USD"}},
 	}
 	if tweak != nil {
 		tweak(&cfg)
@@ -441,6 +450,71 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		chat0.set(vllmServing, 4, 0, 0.3)
 	})
 
+	t.Run("the controller publishes the pool and each namespace's harvest", func(t *testing.T) {
+		pool := waitGPUPool(t, env.cp, func(st v1alpha1.GPUPoolStatus) bool { return st.Planning && st.GPUs.Total == 16 && st.GPUs.Lent > 0 })
+		st := pool.Status
+		if len(st.NodeStates) != 2 || st.Nodes.Open+st.Nodes.Draining+st.Nodes.Closed != 2 {
+			t.Errorf("nodes %+v, node states %+v: want gpu-a and gpu-b", st.Nodes, st.NodeStates)
+		}
+		for _, n := range st.NodeStates {
+			if n.Serving+n.Lent+n.Headroom+n.Idle != n.Total || n.Total != 8 {
+				t.Errorf("%s: %+v does not count its 8 GPUs once each", n.Name, n.GPUCounts)
+			}
+		}
+		if len(st.Outlook) != int(controller.OutlookSpan/controller.OutlookStep) || len(st.History) == 0 || st.Price == nil {
+			t.Errorf("%d outlook points, %d history samples, price %v", len(st.Outlook), len(st.History), st.Price)
+		}
+
+		// be-3 was evicted for chat: its job's timeline says so, and be-1 runs on.
+		var report v1alpha1.HarvestReport
+		reports := dynamic.NewForConfigOrDie(env.cp.config).Resource(v1alpha1.HarvestReportResource).Namespace(researchNS)
+		eventually(t, 15*time.Second, "research's HarvestReport to record be-3's eviction", func(ctx context.Context) (bool, error) {
+			u, err := reports.Get(ctx, v1alpha1.HarvestReportName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			report = v1alpha1.HarvestReport{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &report); err != nil {
+				return false, err
+			}
+			be3 := jobNamed(report, "be-3")
+			return be3 != nil && be3.Evictions == 1, nil
+		})
+		be3 := jobNamed(report, "be-3")
+		var kinds []string
+		for _, e := range be3.Timeline {
+			kinds = append(kinds, string(e.Type))
+			if e.Type == v1alpha1.EventEvicted && (e.Node != "gpu-a" || !strings.Contains(e.Message, "chat")) {
+				t.Errorf("be-3's eviction: %+v, want on gpu-a, for chat", e)
+			}
+		}
+		if strings.Join(kinds, " ") != "Submitted Placed Evicted" {
+			t.Errorf("be-3's timeline: %v", kinds)
+		}
+		be1 := jobNamed(report, "be-1")
+		if be1 == nil || be1.State != v1alpha1.JobRunning || be1.HarvestedGPUSeconds <= 0 || be1.GPUs != 4 {
+			t.Errorf("be-1: %+v, want running with 4 GPUs and some harvest", be1)
+		}
+		if report.Status.HarvestedGPUSeconds <= 0 || !strings.HasSuffix(report.Status.Value, " USD") {
+			t.Errorf("research harvested %d GPU-seconds worth %q", report.Status.HarvestedGPUSeconds, report.Status.Value)
+		}
+
+		// kubectl get gpupools prints the pool's columns.
+		table := getTable(t, env.cp, "/apis/gleaner.dev/v1alpha1/gpupools")
+		var columns []string
+		for _, c := range table.ColumnDefinitions {
+			columns = append(columns, c.Name)
+		}
+		if want := "Name Planning Open GPUs Serving Lent Headroom Idle Observed"; strings.Join(columns, " ") != want || len(table.Rows) != 1 {
+			t.Errorf("kubectl get gpupools: columns %v and %d rows, want %s and one row", columns, len(table.Rows), want)
+		} else if cells := table.Rows[0].Cells; cells[0] != api.PoolInference || cells[3] != int64(16) && cells[3] != float64(16) {
+			t.Errorf("kubectl get gpupools: row %v", cells)
+		}
+	})
+
 	t.Run("default-scheduled inference reclaims by priority alone", func(t *testing.T) {
 		env := env.in(t)
 		// Load is low, so the controller reclaims nothing; fill gpu-b with lent pods.
@@ -529,6 +603,40 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		}
 		t.Logf("be-wide bound %v after gpu-b opened for 8 GPUs", time.Since(opened).Round(time.Millisecond))
 	})
+}
+
+// jobNamed is the report's job of that name, or nil.
+func jobNamed(r v1alpha1.HarvestReport, name string) *v1alpha1.Job {
+	for i := range r.Status.Jobs {
+		if r.Status.Jobs[i].Name == name {
+			return &r.Status.Jobs[i]
+		}
+	}
+	return nil
+}
+
+// getTable reads path as kubectl get does: a Table of the printer columns.
+func getTable(t *testing.T, cp *controlPlane, path string) metav1.Table {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cp.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, cp.config.Host+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s as a Table: %s, %v", path, resp.Status, err)
+	}
+	return table
 }
 
 // fillLent creates best-effort pods until every harvestable GPU of node is lent.

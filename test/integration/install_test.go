@@ -32,15 +32,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/internal/chart"
 	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 )
 
 // renderInstall renders manifests/shared and manifests/, as an install applies
@@ -115,7 +118,8 @@ func TestInstall(t *testing.T) {
 			"priorityClasses": map[string]any{"bestEffort": 50, "keepOnUninstall": false}, "inferenceNamespaces": []any{"llm"},
 			"image":      map[string]any{"registry": "registry.example.com/ml", "pullPolicy": "Always"},
 			"scheduler":  map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("0f", 32)}, "replicas": 1, "nodeSelector": map[string]any{"node-role": "system"}, "gpuHarvest": map[string]any{"heartbeatTimeoutSeconds": 45}},
-			"controller": map[string]any{"tolerations": []any{map[string]any{"key": "system", "operator": "Exists", "effect": "NoSchedule"}}, "extraArgs": []any{"--forecast-horizon=20m"}}},
+			"controller": map[string]any{"tolerations": []any{map[string]any{"key": "system", "operator": "Exists", "effect": "NoSchedule"}}, "extraArgs": []any{"--forecast-horizon=20m"}},
+			"status":     map[string]any{"gpuHourPrice": "2.50", "currency": "EUR", "poolReaders": map[string]any{"groups": []any{"system:authenticated"}, "users": []any{"alice"}}}},
 		{"admissionPolicies": map[string]any{"enabled": false}, "imagePullSecrets": []any{"registry"},
 			"controller": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}, "limits": map[string]any{"memory": "2Gi"}}}},
 	} {
@@ -210,6 +214,11 @@ func TestInstall(t *testing.T) {
 				// Elastic gangs: a PodGroup's minMember, read, never written.
 				{"watch", "scheduling.x-k8s.io", "podgroups", "", "", "", true},
 				{"update", "scheduling.x-k8s.io", "podgroups", "", "research", "", false},
+				// What it publishes for people, status only.
+				{"patch", "gleaner.dev", "gpupools", "status", "", api.PoolInference, true},
+				{"patch", "gleaner.dev", "harvestreports", "status", "research", "gleaner", true},
+				{"list", "gleaner.dev", "harvestreports", "", "", "", true},
+				{"delete", "gleaner.dev", "harvestreports", "", "research", "gleaner", false},
 				// Reclaim notices: patch pods and their status (confined by an
 				// admission policy to the notice's annotation and condition).
 				{"patch", "", "pods", "", "research", "", true},
@@ -390,6 +399,8 @@ func TestInstall(t *testing.T) {
 				leader := waitLeaseHolder(t, cp, component, "", 30*time.Second)
 				if component == "gleaner-controller" {
 					checkMetricsAuthorized(t, cp, metricsURL, "gleaner_controller_sync_duration_seconds", "gleaner_vllm_scrape_duration_seconds")
+					// With its own ServiceAccount's rights, it publishes the pool.
+					waitGPUPool(t, cp, func(st v1alpha1.GPUPoolStatus) bool { return st.Planning && st.GPUs.Total >= 8 })
 				}
 				second := start(component + "-1")
 				if holder := leaseHolder(t, cp, component); holder != leader {
@@ -428,9 +439,101 @@ func TestInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("who reads what the controller publishes", func(t *testing.T) {
+		readersOfPublishedStatus(t, ctx, cp)
+	})
+
 	t.Run("an uninstall leaves other teams working", func(t *testing.T) {
 		uninstallLeavesOtherTeams(t, ctx, cp, mapper)
 	})
+}
+
+// waitGPUPool waits until the controller published a GPUPool whose status
+// satisfies ok, and returns it.
+func waitGPUPool(t *testing.T, cp *controlPlane, ok func(v1alpha1.GPUPoolStatus) bool) v1alpha1.GPUPool {
+	t.Helper()
+	var pool v1alpha1.GPUPool
+	pools := dynamic.NewForConfigOrDie(cp.config).Resource(v1alpha1.GPUPoolResource)
+	eventually(t, 30*time.Second, "the published GPUPool", func(ctx context.Context) (bool, error) {
+		u, err := pools.Get(ctx, api.PoolInference, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		pool = v1alpha1.GPUPool{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pool); err != nil {
+			return false, err
+		}
+		return ok(pool.Status), nil
+	})
+	return pool
+}
+
+// readersOfPublishedStatus: a researcher who may view a namespace reads its
+// HarvestReport through the view ClusterRole (aggregated, as
+// kube-controller-manager's aggregation controller does), and no other
+// namespace's; the GPUPool only once the admin grants gleaner-pool-reader.
+func readersOfPublishedStatus(t *testing.T, ctx context.Context, cp *controlPlane) {
+	factory := informers.NewSharedInformerFactory(cp.client, 0)
+	aggregation := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), cp.client.RbacV1())
+	aggCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	factory.Start(aggCtx.Done())
+	go aggregation.Run(aggCtx, 1)
+
+	const ns, other = "status-research", "status-elsewhere"
+	createNamespace(t, cp.client, ns)
+	createNamespace(t, cp.client, other)
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice-views"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "alice"}},
+	}
+	if _, err := cp.client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	may := func(verb, resource, namespace string) bool {
+		t.Helper()
+		review, err := cp.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "alice", Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: v1alpha1.Group, Resource: resource, Namespace: namespace, Name: "gleaner"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	eventually(t, 20*time.Second, "view to take in harvestreports", func(context.Context) (bool, error) {
+		return may("get", "harvestreports", ns), nil
+	})
+	for _, c := range []struct {
+		verb, resource, namespace string
+	}{
+		{"get", "harvestreports", other},
+		{"patch", "harvestreports", ns},
+		{"patch", "harvestreports/status", ns},
+		{"get", "gpupools", ""},
+	} {
+		if may(c.verb, c.resource, c.namespace) {
+			t.Errorf("alice, a viewer of %s, may %s %s in %q", ns, c.verb, c.resource, c.namespace)
+		}
+	}
+	pool := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "researchers-read-the-pool"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "gleaner-pool-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:authenticated"}},
+	}
+	if _, err := cp.client.RbacV1().ClusterRoleBindings().Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "gleaner-pool-reader to let alice read the pool", func(context.Context) (bool, error) {
+		return may("get", "gpupools", ""), nil
+	})
+	if may("patch", "gpupools/status", "") {
+		t.Error("gleaner-pool-reader lets alice write the pool's status")
+	}
 }
 
 // uninstallLeavesOtherTeams removes Gleaner as `kubectl delete -k manifests`

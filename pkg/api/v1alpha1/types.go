@@ -1,0 +1,234 @@
+// Package v1alpha1 is what gleaner-controller publishes for people to read
+// through the Kubernetes API (group gleaner.dev, version v1alpha1): the pool
+// at a glance (GPUPool, cluster-scoped) and each namespace's harvest
+// (HarvestReport, one per namespace). Both are status only: the controller
+// writes them, nobody else does, and nothing in them moves Gleaner.
+//
+// A GPUPool holds pool totals and per-node GPU states, nothing about any
+// tenant; a HarvestReport holds one namespace's jobs and GPU-hours, readable
+// by whoever may read that namespace (it aggregates to the view ClusterRole).
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and Version of the API.
+const (
+	Group   = "gleaner.dev"
+	Version = "v1alpha1"
+)
+
+// GPUPoolResource and HarvestReportResource are the API's resources.
+var (
+	GPUPoolResource       = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "gpupools"}
+	HarvestReportResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "harvestreports"}
+)
+
+// HarvestReportName is the name of the one HarvestReport in each namespace.
+const HarvestReportName = "gleaner"
+
+// GPUPool is the pool of GPU nodes one gleaner-controller lends from, as its
+// last published round saw it. Its name is the pool label's value.
+type GPUPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Status            GPUPoolStatus `json:"status,omitempty"`
+}
+
+// GPUPoolStatus is the pool at a glance.
+type GPUPoolStatus struct {
+	// ObservedTime is when the round this status describes ran.
+	ObservedTime metav1.Time `json:"observedTime"`
+	// Planning is true while the controller plans every round and publishes
+	// every verdict: false, nothing new is lent.
+	Planning bool `json:"planning"`
+	// Nodes counts the pool's nodes by verdict.
+	Nodes NodeCounts `json:"nodes"`
+	// GPUs counts the pool's GPUs by state.
+	GPUs GPUCounts `json:"gpus"`
+	// NodeStates are each node's GPUs by state, in name order (at most
+	// MaxNodeStates; NodeStatesTruncated says when more were left out).
+	NodeStates          []NodeState `json:"nodeStates,omitempty"`
+	NodeStatesTruncated bool        `json:"nodeStatesTruncated,omitempty"`
+	// History samples the pool every HistoryStep over the last HistorySpan.
+	History []PoolSample `json:"history,omitempty"`
+	// Outlook forecasts the pool every OutlookStep over the next OutlookSpan,
+	// from the services' learned profiles and trends.
+	Outlook []OutlookPoint `json:"outlook,omitempty"`
+	// HarvestedGPUSeconds is every namespace's harvest, summed.
+	HarvestedGPUSeconds int64 `json:"harvestedGPUSeconds"`
+	// Price is the admin's GPU-hour price, if set: harvest is valued at it.
+	Price *Price `json:"price,omitempty"`
+}
+
+// NodeCounts are the pool's nodes by verdict.
+type NodeCounts struct {
+	Open     int32 `json:"open"`
+	Draining int32 `json:"draining"`
+	Closed   int32 `json:"closed"`
+}
+
+// GPUCounts are GPUs by state. Every GPU of the pool is in one of serving,
+// lent, headroom and idle; lendable says how many the verdicts lend.
+type GPUCounts struct {
+	Total int64 `json:"total"`
+	// Serving: held by inference or anything else not best-effort.
+	Serving int64 `json:"serving"`
+	// Lent: held by best-effort pods.
+	Lent int64 `json:"lent"`
+	// Headroom: kept free for inference replicas the forecast expects.
+	Headroom int64 `json:"headroom"`
+	// Idle: free and not kept; on open nodes, waiting for a best-effort pod.
+	Idle int64 `json:"idle"`
+	// Lendable: what the verdicts let the scheduler lend (lent ones included).
+	Lendable int64 `json:"lendable"`
+}
+
+// NodeState is one node's verdict and GPUs.
+type NodeState struct {
+	Name      string `json:"name"`
+	Verdict   string `json:"verdict"`
+	GPUCounts `json:",inline"`
+}
+
+// PoolSample is the pool's GPUs at one time.
+type PoolSample struct {
+	Time      metav1.Time `json:"time"`
+	Inference int64       `json:"inference"`
+	Lent      int64       `json:"lent"`
+	Lendable  int64       `json:"lendable"`
+}
+
+// OutlookPoint forecasts one step of the next OutlookSpan: the GPUs
+// inference is expected to hold, and the GPUs expected lendable, between
+// what the controller's cautious forecast would lend (LendableLow: the peak
+// of trend, profile and the load now) and what the learned profile alone
+// would (LendableHigh).
+type OutlookPoint struct {
+	Time         metav1.Time `json:"time"`
+	Inference    int64       `json:"inference"`
+	LendableLow  int64       `json:"lendableLow"`
+	LendableHigh int64       `json:"lendableHigh"`
+}
+
+// Price values harvested GPU-hours: PerGPUHour in Currency.
+type Price struct {
+	PerGPUHour string `json:"perGPUHour"`
+	Currency   string `json:"currency"`
+}
+
+// HarvestReport is one namespace's best-effort jobs on Gleaner's GPUs and
+// what they harvested. Its name is HarvestReportName.
+type HarvestReport struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Status            HarvestReportStatus `json:"status,omitempty"`
+}
+
+// HarvestReportStatus is a namespace's harvest.
+type HarvestReportStatus struct {
+	ObservedTime metav1.Time `json:"observedTime"`
+	// HarvestedGPUSeconds is what the namespace's pods held of lent GPUs,
+	// since the report was created.
+	HarvestedGPUSeconds int64 `json:"harvestedGPUSeconds"`
+	// HarvestedGPUHours is the same in hours, as a decimal ("12.50").
+	HarvestedGPUHours string `json:"harvestedGPUHours"`
+	// Value is HarvestedGPUSeconds at Price, if one is set.
+	Value string `json:"value,omitempty"`
+	Price *Price `json:"price,omitempty"`
+	// Daily are the last days' harvest, one per UTC day, oldest first (at
+	// most MaxDays).
+	Daily []DailyHarvest `json:"daily,omitempty"`
+	// Jobs are the namespace's jobs, newest first (at most MaxJobs).
+	Jobs []Job `json:"jobs,omitempty"`
+}
+
+// DailyHarvest is one UTC day's harvest.
+type DailyHarvest struct {
+	Date       string `json:"date"`
+	GPUSeconds int64  `json:"gpuSeconds"`
+}
+
+// Job is one best-effort job: a pod group, a workflow, a Job or a lone pod,
+// across every pod it ran as.
+type Job struct {
+	// Kind is PodGroup, Workflow, Job or Pod; Name is its name.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// State is the job in Gleaner's words (one of the JobState values).
+	State JobState `json:"state"`
+	// GPUs is what its pods hold or ask for now.
+	GPUs int64 `json:"gpus"`
+	// Pods counts its pods now (not finished).
+	Pods int32 `json:"pods"`
+	// HarvestedGPUSeconds is what its pods held of lent GPUs.
+	HarvestedGPUSeconds int64 `json:"harvestedGPUSeconds"`
+	// LostGPUSeconds is the work its evictions lost (GPUs times the time since
+	// each evicted pod's last checkpoint).
+	LostGPUSeconds int64 `json:"lostGPUSeconds"`
+	Evictions      int32 `json:"evictions"`
+	// LastCheckpoint is the newest checkpoint any of its pods reported.
+	LastCheckpoint *metav1.Time `json:"lastCheckpoint,omitempty"`
+	// ReclaimNotice is when its pods are expected to be evicted, if noticed.
+	ReclaimNotice *metav1.Time `json:"reclaimNotice,omitempty"`
+	// Timeline is what happened to it, oldest first (at most MaxEvents: the
+	// first and the latest are kept).
+	Timeline []JobEvent `json:"timeline,omitempty"`
+}
+
+// JobState is a job's state in Gleaner's words.
+type JobState string
+
+const (
+	// JobWaiting: pods wait for GPUs (never placed yet).
+	JobWaiting JobState = "Waiting"
+	// JobRunning: pods run on lent GPUs.
+	JobRunning JobState = "Running"
+	// JobCheckpointing: running with a reclaim notice: its pods should
+	// checkpoint now, before the notice's time.
+	JobCheckpointing JobState = "Checkpointing"
+	// JobEvicted: evicted and waiting to resume.
+	JobEvicted JobState = "Evicted"
+	// JobSucceeded, JobFailed: every pod finished.
+	JobSucceeded JobState = "Succeeded"
+	JobFailed    JobState = "Failed"
+	// JobGone: its pods were deleted before they finished.
+	JobGone JobState = "Gone"
+)
+
+// JobEvent is one entry of a job's timeline.
+type JobEvent struct {
+	Time metav1.Time `json:"time"`
+	// Type is one of the EventType values.
+	Type EventType `json:"type"`
+	Pod  string    `json:"pod,omitempty"`
+	Node string    `json:"node,omitempty"`
+	GPUs int64     `json:"gpus,omitempty"`
+	// Message says why, in a sentence (which services needed the GPUs, ...).
+	Message string `json:"message,omitempty"`
+}
+
+// EventType names what happened to a job.
+type EventType string
+
+const (
+	EventSubmitted    EventType = "Submitted"
+	EventPlaced       EventType = "Placed"
+	EventCheckpointed EventType = "Checkpointed"
+	EventNoticed      EventType = "Noticed"
+	EventEvicted      EventType = "Evicted"
+	EventResumed      EventType = "Resumed"
+	EventFinished     EventType = "Finished"
+)
+
+// Bounds on what is published, so an object stays far below etcd's limit
+// whatever tenants run.
+const (
+	MaxNodeStates = 2000
+	MaxJobs       = 100
+	MaxEvents     = 40
+	MaxDays       = 31
+	MaxMessage    = 256
+)

@@ -1,0 +1,52 @@
+package round
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+)
+
+// The outlook follows the learned profile: a service that peaks at 15:00
+// keeps room for two more replicas in the hours that touch it, and the
+// cautious band never lends more than the profile's.
+func TestOutlookFollowsTheProfile(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+	}
+	peak := t0.Add(5 * time.Hour) // 15:00
+	stored := fmt.Sprintf(`{"v":1,"hours":{"%d":{"peak":40,"weeks":2}}}`, demand.HourOfWeek(peak))
+	obs := Observation{Now: t0, Nodes: nodes, Published: map[string]int64{},
+		Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: stored, Replicas: replicas(1, 10, 0),
+			Settings: demand.Settings{TargetLoad: 16}}}}
+	p := New(Config{OpenAfter: 0, Margin: -1})
+	d := p.Plan(obs)
+	out := p.Outlook(obs, d, 8*time.Hour, time.Hour)
+	if len(out) != 8 {
+		t.Fatalf("%d points, want 8", len(out))
+	}
+	for i, pt := range out {
+		// From 14:00 the step's window reaches 15:00 (three replicas of 4
+		// GPUs for 40 requests); from 16:00 it is past.
+		near := i == 4 || i == 5
+		wantLendable, wantInference := int64(12), int64(4)
+		if near {
+			wantLendable, wantInference = 4, 12
+		}
+		if !pt.Time.Equal(t0.Add(time.Duration(i) * time.Hour)) {
+			t.Errorf("point %d at %v", i, pt.Time)
+		}
+		if pt.LendableHigh != wantLendable || pt.InferenceGPUs != wantInference {
+			t.Errorf("%s: lendable %d, inference %d; want %d and %d", pt.Time.Format("15:04"), pt.LendableHigh, pt.InferenceGPUs, wantLendable, wantInference)
+		}
+		if pt.LendableLow > pt.LendableHigh {
+			t.Errorf("%s: cautious %d above expected %d", pt.Time.Format("15:04"), pt.LendableLow, pt.LendableHigh)
+		}
+	}
+	if p.Outlook(obs, d, 0, time.Hour) != nil || p.Outlook(obs, d, time.Hour, 0) != nil {
+		t.Error("an empty span or step gave points")
+	}
+}

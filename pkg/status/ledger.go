@@ -1,0 +1,550 @@
+package status
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+)
+
+// LabelWorkflow is the label Argo puts on a workflow's pods: its name.
+const LabelWorkflow = "workflows.argoproj.io/workflow"
+
+// keptFirst is how many of a timeline's first events survive trimming; the
+// rest of MaxEvents are the latest.
+const keptFirst = 5
+
+// Ledger keeps each namespace's harvest and jobs between rounds: what the
+// HarvestReports publish. It reads pods (tenants' objects: their labels and
+// annotations name jobs and checkpoints, nothing more) and the controller's
+// own evictions and notices. Each namespace holds at most MaxJobs jobs, each
+// at most MaxEvents events, so a tenant's pods cannot grow it without bound.
+// It is not safe for concurrent use.
+type Ledger struct {
+	// Threshold and GPUResource as the controller's.
+	Threshold   int32
+	GPUResource v1.ResourceName
+	namespaces  map[string]*namespace
+}
+
+type namespace struct {
+	status v1alpha1.HarvestReportStatus
+	jobs   map[string]*job
+	// changed: something other than GPU-seconds changed since Published.
+	changed bool
+	// restored: the status came from a published report and holds its jobs.
+	present bool
+}
+
+type job struct {
+	v1alpha1.Job
+	// pods seen, by UID.
+	pods map[types.UID]*podSeen
+	// restored are the pods a restored timeline names, by name, with the
+	// time of their last event: a pod of that name created by then is the
+	// one named (seen again after a restart), a later one is new.
+	restored map[string]restoredPod
+	// submitted: the oldest pod's creation.
+	submitted time.Time
+}
+
+type restoredPod struct {
+	podSeen
+	at time.Time
+}
+
+type podSeen struct {
+	placed, finished, evicted bool
+}
+
+// Key names a pod's job: its pod group, its Argo workflow, its controller
+// (a Job, a JobSet...), or the pod itself.
+func Key(p *v1.Pod) (kind, name string) {
+	if g := p.Labels[api.LabelPodGroup]; g != "" {
+		return "PodGroup", g
+	}
+	if w := p.Labels[LabelWorkflow]; w != "" {
+		return "Workflow", w
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		return ref.Kind, ref.Name
+	}
+	return "Pod", p.Name
+}
+
+func jobKey(kind, name string) string { return kind + "/" + name }
+
+// Tracked says whether a pod is a best-effort job's: best-effort and either
+// for gleaner-scheduler or on a pool node.
+func (l *Ledger) Tracked(p *v1.Pod, onPool bool) bool {
+	return api.IsBestEffort(p, l.Threshold) && (p.Spec.SchedulerName == api.SchedulerName || onPool)
+}
+
+// Restore takes back a namespace's published report (after a restart),
+// adding its totals, days and jobs to what was observed since: a job seen
+// again keeps its history, and the pods its timeline names count as
+// already placed.
+func (l *Ledger) Restore(ns string, st v1alpha1.HarvestReportStatus) {
+	n := l.ns(ns)
+	n.present = true
+	n.status.HarvestedGPUSeconds += max(0, st.HarvestedGPUSeconds)
+	for _, d := range st.Daily {
+		i := slices.IndexFunc(n.status.Daily, func(o v1alpha1.DailyHarvest) bool { return o.Date == d.Date })
+		if i < 0 {
+			n.status.Daily = append(n.status.Daily, d)
+		} else {
+			n.status.Daily[i].GPUSeconds += d.GPUSeconds
+		}
+	}
+	sort.Slice(n.status.Daily, func(a, b int) bool { return n.status.Daily[a].Date < n.status.Daily[b].Date })
+	if k := len(n.status.Daily); k > v1alpha1.MaxDays {
+		n.status.Daily = slices.Delete(n.status.Daily, 0, k-v1alpha1.MaxDays)
+	}
+	for _, stored := range st.Jobs {
+		key := jobKey(stored.Kind, stored.Name)
+		j := n.jobs[key]
+		if j == nil {
+			if len(n.jobs) >= v1alpha1.MaxJobs {
+				continue
+			}
+			j = &job{Job: stored, pods: map[types.UID]*podSeen{}}
+			j.Timeline = nil
+			n.jobs[key] = j
+		} else {
+			j.HarvestedGPUSeconds += stored.HarvestedGPUSeconds
+			j.LostGPUSeconds += stored.LostGPUSeconds
+			j.Evictions += stored.Evictions
+			if j.LastCheckpoint == nil || stored.LastCheckpoint != nil && stored.LastCheckpoint.After(j.LastCheckpoint.Time) {
+				j.LastCheckpoint = stored.LastCheckpoint
+			}
+		}
+		if len(stored.Timeline) > 0 { // its submission is the stored one
+			j.Timeline = slices.DeleteFunc(j.Timeline, func(e v1alpha1.JobEvent) bool { return e.Type == v1alpha1.EventSubmitted })
+		}
+		timeline := append(slices.Clone(stored.Timeline), j.Timeline...)
+		j.Timeline = nil
+		for _, e := range timeline {
+			if e.Pod != "" {
+				if j.restored == nil {
+					j.restored = map[string]restoredPod{}
+				}
+				rp := j.restored[e.Pod]
+				switch e.Type {
+				case v1alpha1.EventPlaced, v1alpha1.EventResumed:
+					rp.placed = true
+				case v1alpha1.EventFinished:
+					rp.finished = true
+				case v1alpha1.EventEvicted:
+					rp.evicted = true
+				}
+				rp.at = e.Time.Time
+				j.restored[e.Pod] = rp
+			}
+			if j.submitted.IsZero() || e.Type == v1alpha1.EventSubmitted && e.Time.Time.Before(j.submitted) {
+				j.submitted = e.Time.Time
+			}
+			l.event(n, j, e)
+		}
+	}
+}
+
+func (l *Ledger) ns(name string) *namespace {
+	if l.namespaces == nil {
+		l.namespaces = map[string]*namespace{}
+	}
+	n := l.namespaces[name]
+	if n == nil {
+		n = &namespace{jobs: map[string]*job{}}
+		l.namespaces[name] = n
+	}
+	return n
+}
+
+// Observe records one round: pods are every pod the controller sees, onPool
+// says which nodes are the pool's, and elapsed is the time since the last
+// round to count (0: none, e.g. the first round). It returns the GPU-seconds
+// harvested since the last round, per namespace.
+func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string) bool, elapsed time.Duration) map[string]float64 {
+	harvested := map[string]float64{}
+	seen := map[*job]bool{}
+	byJob := map[*job][]*v1.Pod{}
+	for _, p := range pods {
+		if !l.Tracked(p, p.Spec.NodeName != "" && onPool(p.Spec.NodeName)) {
+			continue
+		}
+		n := l.ns(p.Namespace)
+		kind, name := Key(p)
+		key := jobKey(kind, name)
+		j := n.jobs[key]
+		if j == nil {
+			j = &job{Job: v1alpha1.Job{Kind: kind, Name: name, State: v1alpha1.JobWaiting}, pods: map[types.UID]*podSeen{}}
+			n.jobs[key] = j
+			n.changed = true
+		}
+		seen[j] = true
+		byJob[j] = append(byJob[j], p)
+		created := p.CreationTimestamp.Time
+		if j.submitted.IsZero() || created.Before(j.submitted) {
+			first := j.submitted.IsZero()
+			j.submitted = created
+			if first {
+				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(created), Type: v1alpha1.EventSubmitted, Pod: p.Name,
+					GPUs: api.PodGPUs(p, l.GPUResource), Message: "submitted"})
+			}
+		}
+		if api.HoldsResources(p) && onPool(p.Spec.NodeName) && elapsed > 0 {
+			gpus := float64(api.PodGPUs(p, l.GPUResource))
+			harvested[p.Namespace] += gpus * elapsed.Seconds()
+			j.HarvestedGPUSeconds += int64(gpus*elapsed.Seconds() + 0.5)
+		}
+	}
+	for nsName, n := range l.namespaces {
+		for _, j := range n.jobs {
+			if seen[j] {
+				l.update(now, n, j, byJob[j])
+				continue
+			}
+			// Its pods are gone: evicted last (their owner may make them
+			// again), or deleted by their owner or by a person.
+			if !done(j.State) && j.State != v1alpha1.JobEvicted {
+				j.State = v1alpha1.JobGone
+				if k := len(j.Timeline); k > 0 && j.Timeline[k-1].Type == v1alpha1.EventEvicted {
+					j.State = v1alpha1.JobEvicted
+				}
+				n.changed = true
+			}
+			if j.GPUs != 0 || j.Pods != 0 || j.ReclaimNotice != nil {
+				j.GPUs, j.Pods, j.ReclaimNotice = 0, 0, nil
+				n.changed = true
+			}
+		}
+		if s := harvested[nsName]; s > 0 {
+			n.status.HarvestedGPUSeconds += int64(s + 0.5)
+			addDaily(&n.status, now, int64(s+0.5))
+		}
+		l.trimJobs(n)
+	}
+	return harvested
+}
+
+// update folds a job's pods of this round into it.
+func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
+	var gpus int64
+	var alive, running, succeeded, failed int32
+	for _, p := range pods {
+		ps := j.seen(p)
+		g := api.PodGPUs(p, l.GPUResource)
+		switch p.Status.Phase {
+		case v1.PodSucceeded, v1.PodFailed:
+			if p.Status.Phase == v1.PodSucceeded {
+				succeeded++
+			} else {
+				failed++
+			}
+			if !ps.finished {
+				ps.finished = true
+				msg := "succeeded"
+				if p.Status.Phase == v1.PodFailed {
+					msg = "failed"
+					if p.Status.Reason != "" {
+						msg += ": " + p.Status.Reason
+					}
+				}
+				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(now), Type: v1alpha1.EventFinished, Pod: p.Name, Node: p.Spec.NodeName, Message: msg})
+			}
+			continue
+		}
+		if p.DeletionTimestamp != nil && ps.evicted {
+			continue // on its way out: its eviction is recorded
+		}
+		alive++
+		gpus += g
+		if p.Spec.NodeName != "" {
+			running++
+			if !ps.placed {
+				ps.placed = true
+				typ, msg := v1alpha1.EventPlaced, fmt.Sprintf("placed on %s with %d GPUs", p.Spec.NodeName, g)
+				if j.Evictions > 0 {
+					typ, msg = v1alpha1.EventResumed, fmt.Sprintf("resumed on %s with %d GPUs after %d evictions", p.Spec.NodeName, g, j.Evictions)
+				}
+				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(boundAt(p, now)), Type: typ, Pod: p.Name, Node: p.Spec.NodeName, GPUs: g, Message: msg})
+			}
+		}
+		if t, ok := reclaim.LastCheckpoint(p); ok && !t.After(now.Add(time.Minute)) && (j.LastCheckpoint == nil || t.After(j.LastCheckpoint.Time)) {
+			mt := metav1.NewTime(t)
+			j.LastCheckpoint = &mt
+			l.event(n, j, v1alpha1.JobEvent{Time: mt, Type: v1alpha1.EventCheckpointed, Pod: p.Name, Node: p.Spec.NodeName, Message: "checkpoint reported"})
+		}
+	}
+	state := v1alpha1.JobWaiting
+	switch {
+	case running > 0 && j.ReclaimNotice != nil:
+		state = v1alpha1.JobCheckpointing
+	case running > 0:
+		state = v1alpha1.JobRunning
+	case alive > 0 && j.Evictions > 0:
+		state = v1alpha1.JobEvicted
+	case alive > 0:
+		state = v1alpha1.JobWaiting
+	case failed > 0:
+		state = v1alpha1.JobFailed
+	case succeeded > 0:
+		state = v1alpha1.JobSucceeded
+	case j.Evictions > 0:
+		state = v1alpha1.JobEvicted
+	}
+	if state != j.State || gpus != j.GPUs || alive != j.Pods {
+		n.changed = true
+	}
+	j.State, j.GPUs, j.Pods = state, gpus, alive
+	if running == 0 && j.ReclaimNotice != nil {
+		j.ReclaimNotice = nil
+		n.changed = true
+	}
+}
+
+// seen is what the job has seen of a pod: by its UID, or by its name in a
+// restored timeline if it was created by that timeline's last word of it.
+func (j *job) seen(p *v1.Pod) *podSeen {
+	if ps := j.pods[p.UID]; ps != nil {
+		return ps
+	}
+	ps := &podSeen{}
+	if rp, ok := j.restored[p.Name]; ok && !p.CreationTimestamp.After(rp.at) {
+		*ps = rp.podSeen
+		delete(j.restored, p.Name)
+	}
+	j.pods[p.UID] = ps
+	return ps
+}
+
+// boundAt is when a pod was scheduled, or now when it does not say.
+func boundAt(p *v1.Pod, now time.Time) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && !c.LastTransitionTime.IsZero() && !c.LastTransitionTime.After(now) {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return now
+}
+
+// Evicted records that the controller evicted a pod: why, and the work lost
+// (GPU-seconds since its last checkpoint).
+func (l *Ledger) Evicted(now time.Time, p *v1.Pod, why string, lostGPUSeconds float64) {
+	n, j := l.jobOf(p)
+	if j == nil {
+		return
+	}
+	j.seen(p).evicted = true
+	j.Evictions++
+	j.LostGPUSeconds += int64(lostGPUSeconds + 0.5)
+	j.ReclaimNotice = nil
+	l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(now), Type: v1alpha1.EventEvicted, Pod: p.Name, Node: p.Spec.NodeName,
+		GPUs: api.PodGPUs(p, l.GPUResource), Message: why})
+}
+
+// Noticed records the reclaim notices of a round: each noticed pod's job
+// expects eviction at the earliest of its pods' times. Jobs no longer
+// noticed lose their notice.
+func (l *Ledger) Noticed(now time.Time, notices map[*v1.Pod]NoticeInfo) {
+	earliest := map[*job]NoticeInfo{}
+	owner := map[*job]*namespace{}
+	pods := map[*job]*v1.Pod{}
+	for p, info := range notices {
+		n, j := l.jobOf(p)
+		if j == nil {
+			continue
+		}
+		if e, ok := earliest[j]; !ok || info.At.Before(e.At) {
+			earliest[j], owner[j], pods[j] = info, n, p
+		}
+	}
+	for _, n := range l.namespaces {
+		for _, j := range n.jobs {
+			info, ok := earliest[j]
+			switch {
+			case !ok && j.ReclaimNotice != nil:
+				j.ReclaimNotice = nil
+				if j.State == v1alpha1.JobCheckpointing {
+					j.State = v1alpha1.JobRunning
+				}
+				n.changed = true
+			case ok && j.ReclaimNotice == nil:
+				at := metav1.NewTime(info.At)
+				j.ReclaimNotice = &at
+				if j.State == v1alpha1.JobRunning {
+					j.State = v1alpha1.JobCheckpointing
+				}
+				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(now), Type: v1alpha1.EventNoticed, Pod: pods[j].Name, Node: info.Node,
+					Message: info.Why})
+			case ok && !j.ReclaimNotice.Time.Equal(info.At):
+				at := metav1.NewTime(info.At)
+				j.ReclaimNotice = &at
+				n.changed = true
+			}
+		}
+	}
+}
+
+// NoticeInfo is a notice as the ledger records it: when, where, and the
+// sentence that says so.
+type NoticeInfo struct {
+	At   time.Time
+	Node string
+	Why  string
+}
+
+func (l *Ledger) jobOf(p *v1.Pod) (*namespace, *job) {
+	n := l.namespaces[p.Namespace]
+	if n == nil {
+		return nil, nil
+	}
+	kind, name := Key(p)
+	return n, n.jobs[jobKey(kind, name)]
+}
+
+// event appends to a job's timeline, keeping the first keptFirst events and
+// the latest, MaxEvents in all.
+func (l *Ledger) event(n *namespace, j *job, e v1alpha1.JobEvent) {
+	e.Message = truncate(e.Message, v1alpha1.MaxMessage)
+	j.Timeline = append(j.Timeline, e)
+	if len(j.Timeline) > v1alpha1.MaxEvents {
+		j.Timeline = slices.Delete(j.Timeline, keptFirst, keptFirst+len(j.Timeline)-v1alpha1.MaxEvents)
+	}
+	n.changed = true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// trimJobs keeps a namespace's MaxJobs newest jobs, dropping finished ones
+// first.
+func (l *Ledger) trimJobs(n *namespace) {
+	if len(n.jobs) <= v1alpha1.MaxJobs {
+		return
+	}
+	keys := make([]string, 0, len(n.jobs))
+	for k := range n.jobs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		ja, jb := n.jobs[keys[a]], n.jobs[keys[b]]
+		if da, db := done(ja.State), done(jb.State); da != db {
+			return da
+		}
+		return ja.submitted.Before(jb.submitted)
+	})
+	for _, k := range keys[:len(keys)-v1alpha1.MaxJobs] {
+		delete(n.jobs, k)
+	}
+	n.changed = true
+}
+
+func done(s v1alpha1.JobState) bool {
+	return s == v1alpha1.JobSucceeded || s == v1alpha1.JobFailed || s == v1alpha1.JobGone
+}
+
+func addDaily(st *v1alpha1.HarvestReportStatus, now time.Time, s int64) {
+	date := now.UTC().Format(time.DateOnly)
+	if k := len(st.Daily); k > 0 && st.Daily[k-1].Date == date {
+		st.Daily[k-1].GPUSeconds += s
+		return
+	}
+	st.Daily = append(st.Daily, v1alpha1.DailyHarvest{Date: date, GPUSeconds: s})
+	if len(st.Daily) > v1alpha1.MaxDays {
+		st.Daily = slices.Delete(st.Daily, 0, len(st.Daily)-v1alpha1.MaxDays)
+	}
+}
+
+// Namespaces lists the namespaces the ledger holds, in order.
+func (l *Ledger) Namespaces() []string {
+	out := make([]string, 0, len(l.namespaces))
+	for ns := range l.namespaces {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Report is a namespace's report as of now, valued at price (nil: none), and
+// whether more than its GPU-seconds changed since the last Published.
+func (l *Ledger) Report(ns string, now time.Time, price *v1alpha1.Price) (st v1alpha1.HarvestReportStatus, changed bool) {
+	n := l.namespaces[ns]
+	if n == nil {
+		return v1alpha1.HarvestReportStatus{}, false
+	}
+	st = n.status
+	st.ObservedTime = metav1.NewTime(now)
+	st.Daily = slices.Clone(n.status.Daily)
+	st.HarvestedGPUHours = fmt.Sprintf("%.2f", float64(st.HarvestedGPUSeconds)/3600)
+	st.Value, st.Price = Value(st.HarvestedGPUSeconds, price), price
+	st.Jobs = make([]v1alpha1.Job, 0, len(n.jobs))
+	keys := make([]string, 0, len(n.jobs))
+	for k := range n.jobs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		ja, jb := n.jobs[keys[a]], n.jobs[keys[b]]
+		if !ja.submitted.Equal(jb.submitted) {
+			return ja.submitted.After(jb.submitted)
+		}
+		return keys[a] < keys[b]
+	})
+	for _, k := range keys {
+		j := n.jobs[k].Job
+		j.Timeline = slices.Clone(j.Timeline)
+		st.Jobs = append(st.Jobs, j)
+	}
+	return st, n.changed || !n.present
+}
+
+// Published records that ns's report was written.
+func (l *Ledger) Published(ns string) {
+	if n := l.namespaces[ns]; n != nil {
+		n.changed, n.present = false, true
+	}
+}
+
+// Forget drops a namespace (deleted: its report went with it).
+func (l *Ledger) Forget(ns string) { delete(l.namespaces, ns) }
+
+// HarvestedGPUSeconds sums every namespace's harvest.
+func (l *Ledger) HarvestedGPUSeconds() int64 {
+	var s int64
+	for _, n := range l.namespaces {
+		s += n.status.HarvestedGPUSeconds
+	}
+	return s
+}
+
+// Value is gpuSeconds at price, rounded to cents ("" without a price).
+func Value(gpuSeconds int64, price *v1alpha1.Price) string {
+	if price == nil {
+		return ""
+	}
+	per, err := parsePrice(price.PerGPUHour)
+	if err != nil {
+		return ""
+	}
+	v := per * float64(gpuSeconds) / 3600
+	return strings.TrimSpace(fmt.Sprintf("%.2f %s", v, price.Currency))
+}
