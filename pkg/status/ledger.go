@@ -274,7 +274,7 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 				ps.placed = true
 				typ, msg := v1alpha1.EventPlaced, fmt.Sprintf("placed on %s with %d GPUs", p.Spec.NodeName, g)
 				if j.Evictions > 0 {
-					typ, msg = v1alpha1.EventResumed, fmt.Sprintf("resumed on %s with %d GPUs after %d evictions", p.Spec.NodeName, g, j.Evictions)
+					typ, msg = v1alpha1.EventResumed, fmt.Sprintf("resumed on %s with %d GPUs after %d eviction(s)", p.Spec.NodeName, g, j.Evictions)
 				}
 				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(boundAt(p, now)), Type: typ, Pod: p.Name, Node: p.Spec.NodeName, GPUs: g, Message: msg})
 			}

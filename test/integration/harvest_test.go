@@ -502,6 +502,12 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 			t.Errorf("research harvested %d GPU-seconds worth %q", report.Status.HarvestedGPUSeconds, report.Status.Value)
 		}
 
+		// kubectl gleaner reads the same, as a researcher would.
+		code, stdout, stderr := kubectlGleaner(t, env.cp, "describe", "be-3", "-n", researchNS)
+		if code != 0 || !strings.Contains(stdout, "evicted: the GPUs of node gpu-a are needed by") {
+			t.Errorf("kubectl gleaner describe be-3: exit %d\n%s%s", code, stdout, stderr)
+		}
+
 		// kubectl get gpupools prints the pool's columns.
 		table := getTable(t, env.cp, "/apis/gleaner.dev/v1alpha1/gpupools")
 		var columns []string
@@ -517,7 +523,10 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 
 	t.Run("default-scheduled inference reclaims by priority alone", func(t *testing.T) {
 		env := env.in(t)
-		// Load is low, so the controller reclaims nothing; fill gpu-b with lent pods.
+		// Load is low, so the controller reclaims nothing; fill gpu-b with lent
+		// pods once the controller lends all of it again (chat's waiting
+		// requests had it keep room there).
+		env.waitVerdict("gpu-b", open(8), 15*time.Second)
 		fillLent(env, "gpu-b", "fill-b")
 		before := env.kubelet.deleted()
 		summarize := env.vllm("qwen-summarize")

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
+)
+
+// TestWaitingReasonsAreThePlugins: every reason Gleaner's plugins give for
+// not placing a pod reads in Gleaner's words, so that the CLI does not fall
+// behind a renamed reason.
+func TestWaitingReasonsAreThePlugins(t *testing.T) {
+	for _, reason := range []string{
+		gpuharvest.ErrReasonNotOpen, gpuharvest.ErrReasonBadVerdict, gpuharvest.ErrReasonNotEnoughGPUs,
+		gpuharvest.ErrReasonHeartbeatStale, gpuharvest.ErrReasonNewNode,
+		gang.ErrReasonNoPodGroup, gang.ErrReasonTooFewPods, gang.ErrReasonBackingOff, gang.ErrReasonSiblingLost,
+	} {
+		message := "0/3 nodes are available: 3 " + reason + "."
+		if got := WaitingReason(message); got == oneLine(message, 120) {
+			t.Errorf("%q is not explained", reason)
+		}
+	}
+	if got := WaitingReason("0/3 nodes are available: 3 Insufficient cpu."); !strings.Contains(got, "Insufficient cpu") {
+		t.Errorf("a reason not Gleaner's: %q", got)
+	}
+}
+
+func TestWhenEnough(t *testing.T) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	st := v1alpha1.GPUPoolStatus{GPUs: v1alpha1.GPUCounts{Lent: 4}}
+	if got := whenEnough(st, 4, now); got != "no forecast published" {
+		t.Errorf("no outlook: %q", got)
+	}
+	for i, lendable := range []int64{6, 7, 12, 12} {
+		st.Outlook = append(st.Outlook, v1alpha1.OutlookPoint{Time: metav1.NewTime(now.Add(time.Duration(i) * time.Hour)), LendableLow: lendable, LendableHigh: lendable})
+	}
+	for gpus, want := range map[int64]string{
+		2:  "enough may open at any time",
+		8:  "enough expected open from Mon 14:00 UTC",
+		12: "not expected to open within 24h",
+	} {
+		if got := whenEnough(st, gpus, now); got != want {
+			t.Errorf("%d GPUs: %q, want %q", gpus, got, want)
+		}
+	}
+}
+
+func TestGPUBar(t *testing.T) {
+	if got := gpuBar(v1alpha1.GPUCounts{Total: 8, Serving: 4, Lent: 2, Headroom: 1, Idle: 1}, 8); got != "[SSSSLLH.]" {
+		t.Errorf("8 GPUs: %s", got)
+	}
+	if got := gpuBar(v1alpha1.GPUCounts{Total: 1000, Serving: 500, Lent: 500}, 10); got != "[SSSSSLLLLL]" {
+		t.Errorf("scaled: %s", got)
+	}
+}

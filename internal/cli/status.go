@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/status"
+)
+
+type statusOptions struct {
+	*options
+	output        string
+	pool          string
+	allNamespaces bool
+	days          int
+}
+
+func newStatusCommand(o *options) *cobra.Command {
+	s := &statusOptions{options: o}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "The pool at a glance, harvest per namespace and the next 24 hours",
+		Long: `status shows the pool Gleaner lends from: its nodes by verdict and its GPUs
+by state (serving inference, lent to best-effort jobs, kept as headroom for
+inference, idle), what your namespace harvested and its value, and the
+forecast of lendable GPUs over the next 24 hours.`,
+		Example: `  kubectl gleaner status
+  kubectl gleaner status -o wide          # every node's GPUs too
+  kubectl gleaner status -A --days 30     # every namespace you may read, over 30 days`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(s.output); err != nil {
+				return err
+			}
+			if s.days < 1 || s.days > v1alpha1.MaxDays {
+				return fmt.Errorf("--days %d: want 1 to %d", s.days, v1alpha1.MaxDays)
+			}
+			return s.run(cmd.Context())
+		},
+	}
+	outputFlag(cmd, &s.output)
+	poolFlag(cmd, &s.pool)
+	cmd.Flags().BoolVarP(&s.allNamespaces, "all-namespaces", "A", false, "Harvest of every namespace you may read, not only yours.")
+	cmd.Flags().IntVar(&s.days, "days", 7, "Window of the harvest shown, in days (UTC) up to today.")
+	return cmd
+}
+
+func (s *statusOptions) run(ctx context.Context) error {
+	c, err := s.clients()
+	if err != nil {
+		return err
+	}
+	pool, err := c.pool(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	var reports []v1alpha1.HarvestReport
+	if s.allNamespaces {
+		if reports, err = c.reports(ctx); err != nil {
+			return err
+		}
+	} else {
+		r, err := c.report(ctx, c.namespace)
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			reports = append(reports, *r)
+		}
+	}
+	if s.output == "json" || s.output == "yaml" {
+		return printObject(s.streams.Out, s.output, struct {
+			Pool    *v1alpha1.GPUPool        `json:"pool"`
+			Reports []v1alpha1.HarvestReport `json:"harvestReports"`
+		}{pool, reports})
+	}
+	w := s.streams.Out
+	s.printPool(w, pool)
+	fmt.Fprintln(w)
+	s.printHarvest(w, c.namespace, reports)
+	fmt.Fprintln(w)
+	printOutlook(w, pool.Status, s.output == "wide")
+	return nil
+}
+
+func (s *statusOptions) printPool(w io.Writer, pool *v1alpha1.GPUPool) {
+	st := pool.Status
+	planning := "planning"
+	if !st.Planning {
+		planning = "NOT planning: nothing new is lent"
+	}
+	fmt.Fprintf(w, "Pool %s: %s, observed %s ago\n", pool.Name, planning, s.age(&st.ObservedTime))
+	fmt.Fprintf(w, "  Nodes  %d open, %d draining, %d closed\n", st.Nodes.Open, st.Nodes.Draining, st.Nodes.Closed)
+	g := st.GPUs
+	fmt.Fprintf(w, "  GPUs   %d in all: %d serving, %d lent, %d headroom, %d idle; %d lendable\n", g.Total, g.Serving, g.Lent, g.Headroom, g.Idle, g.Lendable)
+	fmt.Fprintf(w, "  %s\n", gpuBar(g, 60))
+	if s.output != "wide" {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := printers.GetNewTabWriter(w)
+	fmt.Fprintln(tw, "NODE\tVERDICT\tGPUS\tSERVING\tLENT\tHEADROOM\tIDLE\tLENDABLE\tGPU MAP")
+	for _, n := range st.NodeStates {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", n.Name, n.Verdict, n.Total, n.Serving, n.Lent, n.Headroom, n.Idle, n.Lendable, gpuBar(n.GPUCounts, int(n.Total)))
+	}
+	tw.Flush()
+	if st.NodeStatesTruncated {
+		fmt.Fprintf(w, "(only the first %d nodes are published)\n", len(st.NodeStates))
+	}
+}
+
+// gpuBar draws GPUs by state, one character per GPU (scaled to width when
+// there are more): S serving, L lent, H headroom, . idle.
+func gpuBar(g v1alpha1.GPUCounts, width int) string {
+	if g.Total <= 0 || width <= 0 {
+		return ""
+	}
+	scale := func(n int64) int {
+		if g.Total <= int64(width) {
+			return int(n)
+		}
+		return int((n*int64(width) + g.Total/2) / g.Total)
+	}
+	var b strings.Builder
+	for _, part := range []struct {
+		n int64
+		c string
+	}{{g.Serving, "S"}, {g.Lent, "L"}, {g.Headroom, "H"}, {g.Idle, "."}} {
+		b.WriteString(strings.Repeat(part.c, scale(part.n)))
+	}
+	return "[" + b.String() + "]"
+}
+
+func (s *statusOptions) printHarvest(w io.Writer, ns string, reports []v1alpha1.HarvestReport) {
+	if len(reports) == 0 {
+		fmt.Fprintf(w, "Harvest: namespace %s has run no best-effort job yet.\n", ns)
+		return
+	}
+	sort.Slice(reports, func(i, j int) bool { return reports[i].Namespace < reports[j].Namespace })
+	since := s.now().UTC().AddDate(0, 0, -(s.days - 1)).Format(time.DateOnly)
+	fmt.Fprintf(w, "Harvest, last %d days (since %s UTC):\n", s.days, since)
+	tw := printers.GetNewTabWriter(w)
+	fmt.Fprintln(tw, "NAMESPACE\tGPU-HOURS\tVALUE\tALL-TIME GPU-HOURS\tALL-TIME VALUE\tJOBS")
+	for _, r := range reports {
+		var window int64
+		for _, d := range r.Status.Daily {
+			if d.Date >= since {
+				window += d.GPUSeconds
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Namespace, hours(window), dash(status.Value(window, r.Status.Price)), hours(r.Status.HarvestedGPUSeconds), dash(r.Status.Value), len(r.Status.Jobs))
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printOutlook draws the next hours' lendable GPUs: one column per step,
+// the expected band's top (if load follows the learned profile) above the
+// cautious forecast's; with -o wide, one line per step with its figures.
+func printOutlook(w io.Writer, st v1alpha1.GPUPoolStatus, wide bool) {
+	if len(st.Outlook) == 0 {
+		fmt.Fprintln(w, "Outlook: none published yet.")
+		return
+	}
+	first := st.Outlook[0].Time.UTC()
+	if wide {
+		fmt.Fprintln(w, "Lendable GPUs, next 24 hours (# cautious forecast, + if load follows the learned profile):")
+		const width = 40
+		total := max(st.GPUs.Total, 1)
+		bar := func(n int64) int { return int((n*width + total/2) / total) }
+		for _, p := range st.Outlook {
+			low, high := bar(p.LendableLow), bar(p.LendableHigh)
+			fmt.Fprintf(w, "  %s  %-*s  %s\n", p.Time.UTC().Format("Mon 15:04"), width, strings.Repeat("#", low)+strings.Repeat("+", max(0, high-low)), span(p.LendableLow, p.LendableHigh))
+		}
+		return
+	}
+	var lowest, highest int64 = st.Outlook[0].LendableLow, 0
+	var expected, cautious strings.Builder
+	for _, p := range st.Outlook {
+		expected.WriteRune(spark(p.LendableHigh, st.GPUs.Total))
+		cautious.WriteRune(spark(p.LendableLow, st.GPUs.Total))
+		lowest, highest = min(lowest, p.LendableLow), max(highest, p.LendableHigh)
+	}
+	fmt.Fprintf(w, "Lendable GPUs of %d, next 24 hours from %s UTC (one column an hour; -o wide for figures):\n", st.GPUs.Total, first.Format("Mon 15:04"))
+	fmt.Fprintf(w, "  expected  %s\n", expected.String())
+	fmt.Fprintf(w, "  cautious  %s   %s\n", cautious.String(), span(lowest, highest))
+	var axis strings.Builder
+	for i := 0; i < len(st.Outlook); i += 6 {
+		axis.WriteString(fmt.Sprintf("%-6s", st.Outlook[i].Time.UTC().Format("15h")))
+	}
+	fmt.Fprintf(w, "            %s\n", strings.TrimRight(axis.String(), " "))
+}
+
+// spark is one column of a sparkline: n of total as one of eight heights
+// (a space for none).
+func spark(n, total int64) rune {
+	const levels = "▁▂▃▄▅▆▇█"
+	if n <= 0 || total <= 0 {
+		return ' '
+	}
+	i := min(int((n*8-1)/total), 7)
+	return []rune(levels)[i]
+}
+
+func span(low, high int64) string {
+	if low == high {
+		return fmt.Sprint(low)
+	}
+	return fmt.Sprintf("%d-%d", low, high)
+}
