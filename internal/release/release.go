@@ -6,6 +6,7 @@ package release
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -17,6 +18,7 @@ import (
 	"strings"
 
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/internal/chart"
 )
@@ -144,4 +146,54 @@ func Build(dir, goos, goarch, ldflags string, commands ...string) error {
 		return fmt.Errorf("building %s for %s/%s: %w", strings.Join(commands, ", "), goos, goarch, err)
 	}
 	return nil
+}
+
+// KrewArchive is one platform's archive of the kubectl plugin.
+type KrewArchive struct {
+	OS, Arch string
+	// URI is where the release publishes it; SHA256 its checksum.
+	URI, SHA256 string
+}
+
+// KrewManifest is the krew plugin manifest of kubectl gleaner at version
+// (vX.Y.Z), for the archives given: `kubectl krew install --manifest=gleaner.yaml`
+// installs it, and a krew index takes it as it is.
+func KrewManifest(version string, archives []KrewArchive) ([]byte, error) {
+	if !Version.MatchString(version) {
+		return nil, fmt.Errorf("version %q: want vMAJOR.MINOR.PATCH", version)
+	}
+	type platform struct {
+		Selector map[string]map[string]string `json:"selector"`
+		URI      string                       `json:"uri"`
+		SHA256   string                       `json:"sha256"`
+		Bin      string                       `json:"bin"`
+	}
+	var platforms []platform
+	for _, a := range archives {
+		if a.OS == "" || a.Arch == "" || a.URI == "" || len(a.SHA256) != 64 {
+			return nil, fmt.Errorf("archive %+v: want an OS, an arch, a URI and a SHA-256", a)
+		}
+		platforms = append(platforms, platform{
+			Selector: map[string]map[string]string{"matchLabels": {"os": a.OS, "arch": a.Arch}},
+			URI:      a.URI, SHA256: a.SHA256, Bin: "kubectl-gleaner",
+		})
+	}
+	if len(platforms) == 0 {
+		return nil, errors.New("no archive for the krew manifest")
+	}
+	manifest := map[string]any{
+		"apiVersion": "krew.googlecontainertools.github.com/v1alpha2",
+		"kind":       "Plugin",
+		"metadata":   map[string]any{"name": "gleaner"},
+		"spec": map[string]any{
+			"version":          version,
+			"homepage":         "https://github.com/gleaner-dev/gleaner",
+			"shortDescription": "Follow best-effort jobs on the GPUs Gleaner lends",
+			"description": "kubectl gleaner shows the pool of inference GPUs Gleaner lends, your best-effort\n" +
+				"jobs in its words (waiting, running on lent GPUs, checkpointing before a reclaim,\n" +
+				"evicted and waiting to resume, done) and each job's timeline.\n",
+			"platforms": platforms,
+		},
+	}
+	return yaml.Marshal(manifest)
 }

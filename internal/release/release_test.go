@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/internal/chart"
 	"github.com/gleaner-dev/gleaner/internal/manifests"
@@ -144,4 +145,46 @@ func TestReleaseOfBuiltImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPinned(t, install, "registry.example.com/ml", digests)
+}
+
+// The krew manifest names one archive per platform, each with its checksum
+// and the plugin's binary, and refuses what krew would.
+func TestKrewManifest(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	raw, err := KrewManifest("v0.1.0", []KrewArchive{
+		{OS: "linux", Arch: "amd64", URI: "https://example.com/v0.1.0/kubectl-gleaner_v0.1.0_linux_amd64.tar.gz", SHA256: sum},
+		{OS: "darwin", Arch: "arm64", URI: "https://example.com/v0.1.0/kubectl-gleaner_v0.1.0_darwin_arm64.tar.gz", SHA256: sum},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct{ Name string }
+		Spec       struct {
+			Version, Homepage, ShortDescription, Description string
+			Platforms                                        []struct {
+				Selector         struct{ MatchLabels map[string]string }
+				URI, SHA256, Bin string
+			}
+		}
+	}
+	if err := yaml.UnmarshalStrict(raw, &m); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "gleaner" || m.Spec.Version != "v0.1.0" {
+		t.Errorf("manifest head: %s", raw)
+	}
+	if len(m.Spec.Platforms) != 2 || m.Spec.Platforms[1].Selector.MatchLabels["os"] != "darwin" || m.Spec.Platforms[1].Bin != "kubectl-gleaner" || m.Spec.Platforms[0].SHA256 != sum {
+		t.Errorf("platforms: %+v", m.Spec.Platforms)
+	}
+	for _, bad := range [][]KrewArchive{nil, {{OS: "linux", Arch: "amd64", URI: "u", SHA256: "short"}}} {
+		if _, err := KrewManifest("v0.1.0", bad); err == nil {
+			t.Errorf("archives %+v accepted", bad)
+		}
+	}
+	if _, err := KrewManifest("latest", nil); err == nil {
+		t.Error("version latest accepted")
+	}
 }
