@@ -85,6 +85,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "Cluster up in %v: kubectl --kubeconfig %s get nodes -L %s\n", time.Since(start).Round(100*time.Millisecond), c.kubeconfig, "gleaner.dev/harvest")
+	fmt.Fprintf(out, "Follow the research team's jobs: %s --kubeconfig %s -n %s jobs --watch (or status)\n", filepath.Join(cfg.BinDir, "kubectl-gleaner"), c.kubeconfig, researchNS)
 	fmt.Fprint(out, t.describe())
 	// The demo's own watches end before the apiserver is stopped, so it shuts down at once.
 	scenarioCtx, cancel := context.WithCancel(ctx)
@@ -97,6 +98,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	rep.published = readPublished(scenarioCtx, c)
 	rep.print(out)
 	var saved bytes.Buffer
 	rep.print(&saved)

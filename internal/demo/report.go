@@ -98,6 +98,7 @@ type report struct {
 	infPendingAtEnd int
 	replicaRanges   []replicaRange
 	deadProcs       []string // processes no longer running at the end of the day
+	published       published
 }
 
 func (r *report) print(w io.Writer) {
@@ -136,6 +137,7 @@ func (r *report) print(w io.Writer) {
 		ranges = append(ranges, fmt.Sprintf("%s %d..%d", rr.service, rr.min, rr.max))
 	}
 	fmt.Fprintf(w, "  Autoscaled replicas over the day     %s\n", strings.Join(ranges, ", "))
+	r.published.print(w, s)
 }
 
 // check lists what shows that Gleaner did not work; empty when it did.
@@ -164,6 +166,7 @@ func (r *report) check() []string {
 	if !scaled {
 		f = append(f, "the autoscaler never changed any service's replicas over the day")
 	}
+	f = append(f, r.published.check()...)
 	if len(r.deadProcs) > 0 {
 		f = append(f, fmt.Sprintf("these processes were no longer running at the end of the day: %v (see their logs)", r.deadProcs))
 	}
@@ -172,5 +175,5 @@ func (r *report) check() []string {
 
 func (r *report) passed() string {
 	return fmt.Sprintf("GPUs were lent and jobs finished, gleaner-controller reclaimed GPUs for inference, "+
-		"every inference pod got its GPUs within the %v budget, the autoscaler followed the load, and no process died.", r.t.reclaimBudget())
+		"every inference pod got its GPUs within the %v budget, the autoscaler followed the load, the harvest was published, and no process died.", r.t.reclaimBudget())
 }
