@@ -326,9 +326,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	// Before the first round, so that pods placed before a restart are not
 	// placed again in their jobs' timelines (retried each round if it fails).
-	if err := c.status.restore(ctx); err != nil {
+	restoreCtx, cancelRestore := context.WithTimeout(ctx, c.cfg.Heartbeat.Timeout)
+	if err := c.status.restore(restoreCtx); err != nil {
 		logger.Error(err, "Reading back the published status; retrying each round")
 	}
+	cancelRestore()
 	logger.Info("Planning harvest", "syncPeriod", c.cfg.SyncPeriod)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := c.Sync(ctx); err != nil {
@@ -532,8 +534,12 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 		errs = append(errs, err)
 	}
 	c.saveProfiles(ctx, now, c.planner.ProfilesDue(now, false))
-	// What people read comes after everything Gleaner's promise rests on.
-	errs = append(errs, c.status.publish(ctx, now, o, d, c.planner, planning)...)
+	// What people read comes after everything Gleaner's promise rests on, and
+	// may not hold up the next round: a slow API costs the status, not a
+	// reclaim.
+	publishCtx, cancelPublish := context.WithTimeout(ctx, max(time.Second, c.cfg.SyncPeriod/2))
+	errs = append(errs, c.status.publish(publishCtx, now, o, d, c.planner, planning)...)
+	cancelPublish()
 	if len(errs) > 0 {
 		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}

@@ -93,7 +93,7 @@ func (p *publisher) restore(ctx context.Context) error {
 	}
 	pool, err := p.cfg.Client.Resource(v1alpha1.GPUPoolResource).Get(ctx, p.cfg.PoolName, metav1.GetOptions{})
 	switch {
-	case missingCRD(err):
+	case missingCRD(err) || apierrors.IsForbidden(err):
 		p.disable(ctx, err)
 		return nil
 	case apierrors.IsNotFound(err):
@@ -109,7 +109,7 @@ func (p *publisher) restore(ctx context.Context) error {
 	}
 	list, err := p.cfg.Client.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
 	switch {
-	case missingCRD(err):
+	case missingCRD(err) || apierrors.IsForbidden(err):
 		p.disable(ctx, err)
 		return nil
 	case err != nil:
@@ -148,7 +148,7 @@ func missingCRD(err error) bool {
 
 func (p *publisher) disable(ctx context.Context, err error) {
 	p.disabled = true
-	klog.FromContext(ctx).Info("The gleaner.dev CRDs are not installed: publishing no GPUPool or HarvestReports (install charts/gleaner/crds)", "err", err)
+	klog.FromContext(ctx).Info("Publishing no GPUPool or HarvestReports: the gleaner.dev CRDs are not installed (charts/gleaner/crds) or this controller may not read them (its ClusterRole)", "err", err)
 }
 
 // publish writes the pool's status and the namespaces' reports that are due.
