@@ -129,8 +129,10 @@ test: test-unit test-integration test-faults demo-check test-images
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
 
+# TestConsole drives the web console in headless Chromium: Debian's package,
+# installed with apt-get when missing (hack/ensure-chromium.sh says so).
 test-integration:
-	INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh -skip '^TestFaults$$'
+	CHROMIUM=$$(hack/ensure-chromium.sh) GLEANER_REQUIRE_BROWSER=1 INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh -skip '^TestFaults$$'
 
 # The fault scenarios (test/integration/faults_test.go): the whole system
 # through a hostile tenant's and a bad day's faults, checking its invariants.

@@ -130,7 +130,7 @@ func (d *describeOptions) describe(w io.Writer, ns string, job v1alpha1.Job, pod
 		field("Last checkpoint", "none reported (write the gleaner.dev/last-checkpoint annotation after each checkpoint)")
 	}
 	if job.ReclaimNotice != nil {
-		field("Reclaim notice", "eviction expected at %s (%s)", job.ReclaimNotice.UTC().Format(time.RFC3339), shortDuration(job.ReclaimNotice.Sub(d.now())))
+		field("Reclaim notice", "eviction expected at %s (%s)", job.ReclaimNotice.UTC().Format(time.RFC3339), until(job.ReclaimNotice.Time, d.now()))
 	}
 	tw.Flush()
 	if len(pods) > 0 {

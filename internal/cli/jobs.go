@@ -150,6 +150,14 @@ func (j *jobsOptions) table(w io.Writer, jobs []v1alpha1.Job, pods map[string][]
 	tw.Flush()
 }
 
+// until says when t comes: "in 6m", or "6m ago" when it is past.
+func until(t, now time.Time) string {
+	if d := t.Sub(now); d > 0 {
+		return "in " + shortDuration(d)
+	}
+	return shortDuration(now.Sub(t)) + " ago"
+}
+
 func agoOrDash(age string) string {
 	if age == "-" {
 		return age
@@ -163,7 +171,7 @@ func explainJob(job v1alpha1.Job, pods []*v1.Pod, pool *v1alpha1.GPUPool, now ti
 	switch job.State {
 	case v1alpha1.JobCheckpointing:
 		if job.ReclaimNotice != nil {
-			return "reclaim expected in " + shortDuration(job.ReclaimNotice.Sub(now)) + ": checkpoint now"
+			return "reclaim expected " + until(job.ReclaimNotice.Time, now) + ": checkpoint now"
 		}
 	case v1alpha1.JobEvicted:
 		why := "evicted " + plural(int(job.Evictions), "time")

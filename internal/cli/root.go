@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -61,16 +62,17 @@ publishes (GPUPool, HarvestReport) with your own kubeconfig and rights.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o))
+	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o), newConsoleCommand(o))
 	return root
 }
 
-// Execute runs kubectl gleaner with args and returns its exit code: 0, or 1
-// with the error written to stderr.
-func Execute(args []string, streams genericiooptions.IOStreams, now func() time.Time) int {
+// Execute runs kubectl gleaner with args until ctx ends (the console runs
+// until then) and returns its exit code: 0, or 1 with the error written to
+// stderr.
+func Execute(ctx context.Context, args []string, streams genericiooptions.IOStreams, now func() time.Time) int {
 	cmd := NewCommand(streams, now)
 	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil {
+	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return 1
 	}
@@ -90,7 +92,8 @@ func (o *options) clients() (*clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading your kubeconfig: %w", err)
 	}
-	if len(raw.Clusters) == 0 && (o.flags.APIServer == nil || *o.flags.APIServer == "") {
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != "" // a pod's own ServiceAccount, as kubectl in a pod
+	if len(raw.Clusters) == 0 && !inCluster && (o.flags.APIServer == nil || *o.flags.APIServer == "") {
 		return nil, errors.New("no cluster configured: set KUBECONFIG or --kubeconfig to your cluster's kubeconfig (kubectl config view shows it)")
 	}
 	cfg, err := o.flags.ToRESTConfig()
@@ -249,6 +252,8 @@ func (o *options) age(t *metav1.Time) string {
 	return shortDuration(o.now().Sub(t.Time))
 }
 
+// shortDuration is d as kubectl says ages; a negative d (a time to come)
+// reads "in ...".
 func shortDuration(d time.Duration) string {
 	neg := d < 0
 	if neg {

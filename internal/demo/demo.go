@@ -85,7 +85,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "Cluster up in %v: kubectl --kubeconfig %s get nodes -L %s\n", time.Since(start).Round(100*time.Millisecond), c.kubeconfig, "gleaner.dev/harvest")
-	fmt.Fprintf(out, "Follow the research team's jobs: %s --kubeconfig %s -n %s jobs --watch (or status)\n", filepath.Join(cfg.BinDir, "kubectl-gleaner"), c.kubeconfig, researchNS)
+	plugin := filepath.Join(cfg.BinDir, "kubectl-gleaner")
+	fmt.Fprintf(out, "Watch it as the research team: %s --kubeconfig %s -n %s console (a web page; or jobs --watch, status)\n", plugin, c.kubeconfig, researchNS)
 	fmt.Fprint(out, t.describe())
 	// The demo's own watches end before the apiserver is stopped, so it shuts down at once.
 	scenarioCtx, cancel := context.WithCancel(ctx)

@@ -33,7 +33,7 @@ var cliNow = time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 func kubectlGleaner(t *testing.T, cp *controlPlane, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = cli.Execute(append([]string{"--kubeconfig", cp.kubeconfig}, args...),
+	code = cli.Execute(context.Background(), append([]string{"--kubeconfig", cp.kubeconfig}, args...),
 		genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, func() time.Time { return cliNow })
 	return code, out.String(), errOut.String()
 }
@@ -103,80 +103,7 @@ func TestKubectlGleaner(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
-	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_gpupools.yaml")
-	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_harvestreports.yaml")
-
-	outlook := make([]v1alpha1.OutlookPoint, 24)
-	for i := range outlook {
-		low := int64(4)
-		if i >= 3 && i < 8 {
-			low = 12
-		}
-		outlook[i] = v1alpha1.OutlookPoint{Time: at(time.Duration(i) * time.Hour), Inference: 8, LendableLow: low, LendableHigh: low + 2}
-	}
-	writeStatus(t, cp, v1alpha1.GPUPoolResource, "", api.PoolInference, "GPUPool", &v1alpha1.GPUPoolStatus{
-		ObservedTime: at(-3 * time.Second), Planning: true,
-		Nodes: v1alpha1.NodeCounts{Open: 1, Draining: 1},
-		GPUs:  v1alpha1.GPUCounts{Total: 16, Serving: 6, Lent: 6, Headroom: 2, Idle: 2, Lendable: 8},
-		NodeStates: []v1alpha1.NodeState{
-			{Name: "gpu-a", Verdict: "draining", GPUCounts: v1alpha1.GPUCounts{Total: 8, Serving: 4, Lent: 2, Headroom: 2}},
-			{Name: "gpu-b", Verdict: "open", GPUCounts: v1alpha1.GPUCounts{Total: 8, Serving: 2, Lent: 4, Idle: 2, Lendable: 8}},
-		},
-		Outlook: outlook, HarvestedGPUSeconds: 90000,
-	})
-	price := &v1alpha1.Price{PerGPUHour: "2.00", Currency: "USD"}
-	jobs := []v1alpha1.Job{
-		{Kind: "Pod", Name: "sweep-3", State: v1alpha1.JobWaiting, GPUs: 8, Pods: 1, Timeline: []v1alpha1.JobEvent{
-			{Time: at(-2 * time.Minute), Type: v1alpha1.EventSubmitted, Pod: "sweep-3", GPUs: 8, Message: "submitted"}}},
-		{Kind: "PodGroup", Name: "pretrain", State: v1alpha1.JobCheckpointing, GPUs: 8, Pods: 2, HarvestedGPUSeconds: 57600,
-			LastCheckpoint: atp(-20 * time.Minute), ReclaimNotice: atp(6 * time.Minute), Timeline: []v1alpha1.JobEvent{
-				{Time: at(-2 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "pretrain-0", GPUs: 4, Message: "submitted"},
-				{Time: at(-2 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "pretrain-0", Node: "gpu-a", GPUs: 4, Message: "placed on gpu-a with 4 GPUs"},
-				{Time: at(-2 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "pretrain-1", Node: "gpu-b", GPUs: 4, Message: "placed on gpu-b with 4 GPUs"},
-				{Time: at(-20 * time.Minute), Type: v1alpha1.EventCheckpointed, Pod: "pretrain-0", Node: "gpu-a", Message: "checkpoint reported"},
-				{Time: at(-time.Minute), Type: v1alpha1.EventNoticed, Pod: "pretrain-0", Node: "gpu-a", Message: "Expected to be evicted at 2026-03-02T12:06:00Z: the GPUs of node gpu-a are forecast to be needed by serving/chat"},
-			}},
-		{Kind: "Workflow", Name: "sft-x7k2p", State: v1alpha1.JobEvicted, GPUs: 4, Pods: 1, HarvestedGPUSeconds: 14400, LostGPUSeconds: 1800, Evictions: 2,
-			LastCheckpoint: atp(-90 * time.Minute), Timeline: []v1alpha1.JobEvent{
-				{Time: at(-3 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "sft-x7k2p-1", GPUs: 4, Message: "submitted"},
-				{Time: at(-3 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "sft-x7k2p-1", Node: "gpu-b", GPUs: 4, Message: "placed on gpu-b with 4 GPUs"},
-				{Time: at(-2 * time.Hour), Type: v1alpha1.EventEvicted, Pod: "sft-x7k2p-1", Node: "gpu-b", GPUs: 4, Message: "evicted: the GPUs of node gpu-b are needed by serving/chat"},
-				{Time: at(-100 * time.Minute), Type: v1alpha1.EventResumed, Pod: "sft-x7k2p-2", Node: "gpu-a", GPUs: 4, Message: "resumed on gpu-a with 4 GPUs after 1 eviction(s)"},
-				{Time: at(-90 * time.Minute), Type: v1alpha1.EventCheckpointed, Pod: "sft-x7k2p-2", Node: "gpu-a", Message: "checkpoint reported"},
-				{Time: at(-time.Hour), Type: v1alpha1.EventEvicted, Pod: "sft-x7k2p-2", Node: "gpu-a", GPUs: 4, Message: "evicted: the GPUs of node gpu-a are needed by serving/summarize"},
-			}},
-		{Kind: "Job", Name: "eval-gsm8k", State: v1alpha1.JobRunning, GPUs: 2, Pods: 1, HarvestedGPUSeconds: 3600, Timeline: []v1alpha1.JobEvent{
-			{Time: at(-time.Hour), Type: v1alpha1.EventSubmitted, Pod: "eval-gsm8k-abcde", GPUs: 2, Message: "submitted"},
-			{Time: at(-time.Hour), Type: v1alpha1.EventPlaced, Pod: "eval-gsm8k-abcde", Node: "gpu-b", GPUs: 2, Message: "placed on gpu-b with 2 GPUs"}}},
-		{Kind: "Pod", Name: "tokenize", State: v1alpha1.JobSucceeded, HarvestedGPUSeconds: 3600, Timeline: []v1alpha1.JobEvent{
-			{Time: at(-5 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "tokenize", GPUs: 1, Message: "submitted"},
-			{Time: at(-5 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "tokenize", Node: "gpu-b", GPUs: 1, Message: "placed on gpu-b with 1 GPUs"},
-			{Time: at(-4 * time.Hour), Type: v1alpha1.EventFinished, Pod: "tokenize", Node: "gpu-b", Message: "succeeded"}}},
-	}
-	writeStatus(t, cp, v1alpha1.HarvestReportResource, researchNS, v1alpha1.HarvestReportName, "HarvestReport", &v1alpha1.HarvestReportStatus{
-		ObservedTime: at(-3 * time.Second), HarvestedGPUSeconds: 79200, HarvestedGPUHours: "22.00", Value: "44.00 USD", Price: price,
-		Daily: []v1alpha1.DailyHarvest{{Date: "2026-02-20", GPUSeconds: 7200}, {Date: "2026-03-01", GPUSeconds: 36000}, {Date: "2026-03-02", GPUSeconds: 36000}},
-		Jobs:  jobs,
-	})
-	// The pods that wait, with the scheduler's reasons.
-	for _, p := range []struct{ name, job, message string }{
-		{"sweep-3", "", "0/2 nodes are available: 1 node(s) didn't have enough harvestable GPUs, 1 node(s) were not open for harvest."},
-		{"sft-x7k2p-3", "sft-x7k2p", "0/2 nodes are available: 2 node(s) didn't have enough harvestable GPUs."},
-	} {
-		pod := bestEffortPod(p.name, 4)
-		if p.job != "" {
-			pod.Labels = map[string]string{"workflows.argoproj.io/workflow": p.job}
-		}
-		pod.Spec.PriorityClassName, pod.Spec.Priority = "", nil
-		created, err := cp.client.CoreV1().Pods(researchNS).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: "Unschedulable", Message: p.message}}
-		if _, err := cp.client.CoreV1().Pods(researchNS).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	jobs := publishFixture(t, cp)
 
 	for _, c := range []struct {
 		golden string
@@ -300,4 +227,94 @@ func TestKubectlGleaner(t *testing.T) {
 			}
 		}
 	})
+}
+
+// publishFixture installs Gleaner's CRDs and publishes a pool and research's
+// report as the controller would, with jobs in every state and the pods that
+// wait; it returns the jobs.
+func publishFixture(t *testing.T, cp *controlPlane) []v1alpha1.Job {
+	t.Helper()
+	ctx := context.Background()
+	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_gpupools.yaml")
+	installCRD(t, cp, "charts/gleaner/crds/gleaner.dev_harvestreports.yaml")
+
+	outlook := make([]v1alpha1.OutlookPoint, 24)
+	for i := range outlook {
+		low := int64(4)
+		if i >= 3 && i < 8 {
+			low = 12
+		}
+		outlook[i] = v1alpha1.OutlookPoint{Time: at(time.Duration(i) * time.Hour), Inference: 8, LendableLow: low, LendableHigh: low + 2}
+	}
+	var history []v1alpha1.PoolSample
+	for m := 24 * 60; m > 0; m -= 10 { // a day: inference peaks at noon, jobs take the rest
+		hour := float64((cliNow.Add(-time.Duration(m)*time.Minute).Hour()+12)%24) - 12
+		inference := int64(4 + 8*(1-hour*hour/144))
+		history = append(history, v1alpha1.PoolSample{Time: at(-time.Duration(m) * time.Minute), Inference: inference, Lent: min(16-inference-2, 12), Lendable: 16 - inference - 2})
+	}
+	writeStatus(t, cp, v1alpha1.GPUPoolResource, "", api.PoolInference, "GPUPool", &v1alpha1.GPUPoolStatus{
+		ObservedTime: at(-3 * time.Second), Planning: true,
+		Nodes: v1alpha1.NodeCounts{Open: 1, Draining: 1},
+		GPUs:  v1alpha1.GPUCounts{Total: 16, Serving: 6, Lent: 6, Headroom: 2, Idle: 2, Lendable: 8},
+		NodeStates: []v1alpha1.NodeState{
+			{Name: "gpu-a", Verdict: "draining", GPUCounts: v1alpha1.GPUCounts{Total: 8, Serving: 4, Lent: 2, Headroom: 2}},
+			{Name: "gpu-b", Verdict: "open", GPUCounts: v1alpha1.GPUCounts{Total: 8, Serving: 2, Lent: 4, Idle: 2, Lendable: 8}},
+		},
+		History: history, Outlook: outlook, HarvestedGPUSeconds: 90000,
+	})
+	price := &v1alpha1.Price{PerGPUHour: "2.00", Currency: "USD"}
+	jobs := []v1alpha1.Job{
+		{Kind: "Pod", Name: "sweep-3", State: v1alpha1.JobWaiting, GPUs: 8, Pods: 1, Timeline: []v1alpha1.JobEvent{
+			{Time: at(-2 * time.Minute), Type: v1alpha1.EventSubmitted, Pod: "sweep-3", GPUs: 8, Message: "submitted"}}},
+		{Kind: "PodGroup", Name: "pretrain", State: v1alpha1.JobCheckpointing, GPUs: 8, Pods: 2, HarvestedGPUSeconds: 57600,
+			LastCheckpoint: atp(-20 * time.Minute), ReclaimNotice: atp(6 * time.Minute), Timeline: []v1alpha1.JobEvent{
+				{Time: at(-2 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "pretrain-0", GPUs: 4, Message: "submitted"},
+				{Time: at(-2 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "pretrain-0", Node: "gpu-a", GPUs: 4, Message: "placed on gpu-a with 4 GPUs"},
+				{Time: at(-2 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "pretrain-1", Node: "gpu-b", GPUs: 4, Message: "placed on gpu-b with 4 GPUs"},
+				{Time: at(-20 * time.Minute), Type: v1alpha1.EventCheckpointed, Pod: "pretrain-0", Node: "gpu-a", Message: "checkpoint reported"},
+				{Time: at(-time.Minute), Type: v1alpha1.EventNoticed, Pod: "pretrain-0", Node: "gpu-a", Message: "Expected to be evicted at 2026-03-02T12:06:00Z: the GPUs of node gpu-a are forecast to be needed by serving/chat"},
+			}},
+		{Kind: "Workflow", Name: "sft-x7k2p", State: v1alpha1.JobEvicted, GPUs: 4, Pods: 1, HarvestedGPUSeconds: 14400, LostGPUSeconds: 1800, Evictions: 2,
+			LastCheckpoint: atp(-90 * time.Minute), Timeline: []v1alpha1.JobEvent{
+				{Time: at(-3 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "sft-x7k2p-1", GPUs: 4, Message: "submitted"},
+				{Time: at(-3 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "sft-x7k2p-1", Node: "gpu-b", GPUs: 4, Message: "placed on gpu-b with 4 GPUs"},
+				{Time: at(-2 * time.Hour), Type: v1alpha1.EventEvicted, Pod: "sft-x7k2p-1", Node: "gpu-b", GPUs: 4, Message: "evicted: the GPUs of node gpu-b are needed by serving/chat"},
+				{Time: at(-100 * time.Minute), Type: v1alpha1.EventResumed, Pod: "sft-x7k2p-2", Node: "gpu-a", GPUs: 4, Message: "resumed on gpu-a with 4 GPUs after 1 eviction(s)"},
+				{Time: at(-90 * time.Minute), Type: v1alpha1.EventCheckpointed, Pod: "sft-x7k2p-2", Node: "gpu-a", Message: "checkpoint reported"},
+				{Time: at(-time.Hour), Type: v1alpha1.EventEvicted, Pod: "sft-x7k2p-2", Node: "gpu-a", GPUs: 4, Message: "evicted: the GPUs of node gpu-a are needed by serving/summarize"},
+			}},
+		{Kind: "Job", Name: "eval-gsm8k", State: v1alpha1.JobRunning, GPUs: 2, Pods: 1, HarvestedGPUSeconds: 3600, Timeline: []v1alpha1.JobEvent{
+			{Time: at(-time.Hour), Type: v1alpha1.EventSubmitted, Pod: "eval-gsm8k-abcde", GPUs: 2, Message: "submitted"},
+			{Time: at(-time.Hour), Type: v1alpha1.EventPlaced, Pod: "eval-gsm8k-abcde", Node: "gpu-b", GPUs: 2, Message: "placed on gpu-b with 2 GPUs"}}},
+		{Kind: "Pod", Name: "tokenize", State: v1alpha1.JobSucceeded, HarvestedGPUSeconds: 3600, Timeline: []v1alpha1.JobEvent{
+			{Time: at(-5 * time.Hour), Type: v1alpha1.EventSubmitted, Pod: "tokenize", GPUs: 1, Message: "submitted"},
+			{Time: at(-5 * time.Hour), Type: v1alpha1.EventPlaced, Pod: "tokenize", Node: "gpu-b", GPUs: 1, Message: "placed on gpu-b with 1 GPUs"},
+			{Time: at(-4 * time.Hour), Type: v1alpha1.EventFinished, Pod: "tokenize", Node: "gpu-b", Message: "succeeded"}}},
+	}
+	writeStatus(t, cp, v1alpha1.HarvestReportResource, researchNS, v1alpha1.HarvestReportName, "HarvestReport", &v1alpha1.HarvestReportStatus{
+		ObservedTime: at(-3 * time.Second), HarvestedGPUSeconds: 79200, HarvestedGPUHours: "22.00", Value: "44.00 USD", Price: price,
+		Daily: []v1alpha1.DailyHarvest{{Date: "2026-02-20", GPUSeconds: 7200}, {Date: "2026-03-01", GPUSeconds: 36000}, {Date: "2026-03-02", GPUSeconds: 36000}},
+		Jobs:  jobs,
+	})
+	// The pods that wait, with the scheduler's reasons.
+	for _, p := range []struct{ name, job, message string }{
+		{"sweep-3", "", "0/2 nodes are available: 1 node(s) didn't have enough harvestable GPUs, 1 node(s) were not open for harvest."},
+		{"sft-x7k2p-3", "sft-x7k2p", "0/2 nodes are available: 2 node(s) didn't have enough harvestable GPUs."},
+	} {
+		pod := bestEffortPod(p.name, 4)
+		if p.job != "" {
+			pod.Labels = map[string]string{"workflows.argoproj.io/workflow": p.job}
+		}
+		pod.Spec.PriorityClassName, pod.Spec.Priority = "", nil
+		created, err := cp.client.CoreV1().Pods(researchNS).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: "Unschedulable", Message: p.message}}
+		if _, err := cp.client.CoreV1().Pods(researchNS).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return jobs
 }

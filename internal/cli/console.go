@@ -1,0 +1,346 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/version"
+)
+
+//go:embed console
+var consoleFiles embed.FS
+
+var consoleTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"hours": hours,
+	"utc":   func(t metav1.Time) string { return t.UTC().Format(time.RFC3339) },
+	"lower": strings.ToLower,
+	// seq ranges over n GPUs (bounded: a node has at most a few dozen).
+	"seq": func(n int64) []struct{} { return make([]struct{}, min(max(n, 0), 256)) },
+}).ParseFS(consoleFiles, "console/*.html"))
+
+type consoleOptions struct {
+	*options
+	address string
+	port    int
+	pool    string
+}
+
+func newConsoleCommand(o *options) *cobra.Command {
+	c := &consoleOptions{options: o}
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console on this machine, with your rights",
+		Long: `console serves Gleaner's web console on 127.0.0.1 and prints its URL: the
+pool's nodes and GPUs (serving, lent, headroom, idle), the last 24 hours and
+the next 24, your namespace's harvest and value, and your jobs with their
+timelines. It reads with your kubeconfig's rights, and the page updates live.
+It only reads; Ctrl-C stops it.`,
+		Example: `  kubectl gleaner console -n research
+  kubectl gleaner console --port 8090`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.run(cmd.Context()) },
+	}
+	cmd.Flags().StringVar(&c.address, "address", "127.0.0.1", "Address to listen on. Anything but a loopback address shows your namespace to whoever reaches it.")
+	cmd.Flags().IntVar(&c.port, "port", 0, "Port to listen on; 0 picks a free one.")
+	poolFlag(cmd, &c.pool)
+	return cmd
+}
+
+func (c *consoleOptions) run(ctx context.Context) error {
+	cl, err := c.clients()
+	if err != nil {
+		return err
+	}
+	// Fail now, not in the browser, when the user may read nothing.
+	if _, err := cl.report(ctx, cl.namespace); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.address, fmt.Sprint(c.port)))
+	if err != nil {
+		return fmt.Errorf("--address %s --port %d: %w", c.address, c.port, err)
+	}
+	srv := &http.Server{Handler: (&console{clients: cl, pool: c.pool, now: c.now}).handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.streams.Out, "Gleaner console for namespace %s: http://%s/\n", cl.namespace, ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// console serves the page, its live updates and job timelines.
+type console struct {
+	clients *clients
+	pool    string
+	now     func() time.Time
+}
+
+func (c *console) handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(consoleFiles, "console")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", c.page)
+	mux.HandleFunc("GET /live", c.live)
+	mux.HandleFunc("GET /events", c.events)
+	mux.HandleFunc("GET /job", c.job)
+	return securityHeaders(mux)
+}
+
+// securityHeaders keeps the page to its own scripts and styles.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// view is what one rendering of the page shows.
+type view struct {
+	Namespace, Version string
+	Now                time.Time
+	Pool               *v1alpha1.GPUPool
+	PoolError          string
+	Report             *v1alpha1.HarvestReport
+	Jobs               []jobView
+	Chart              template.HTML
+}
+
+type jobView struct {
+	v1alpha1.Job
+	Why, Age, Checkpoint string
+}
+
+func (c *console) view(ctx context.Context) (view, error) {
+	v := view{Namespace: c.clients.namespace, Version: version.Version, Now: c.now()}
+	pool, err := c.clients.pool(ctx, c.pool)
+	if err != nil {
+		v.PoolError = err.Error()
+	}
+	v.Pool = pool
+	report, err := c.clients.report(ctx, c.clients.namespace)
+	if err != nil {
+		return v, err
+	}
+	v.Report = report
+	var pods map[string][]*v1.Pod
+	if list, err := c.clients.kube.CoreV1().Pods(c.clients.namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		pods = podsByJob(list.Items)
+	}
+	o := &options{now: c.now}
+	if report != nil {
+		for _, j := range report.Status.Jobs {
+			var submitted *metav1.Time
+			if len(j.Timeline) > 0 {
+				submitted = &j.Timeline[0].Time
+			}
+			v.Jobs = append(v.Jobs, jobView{Job: j, Why: explainJob(j, pods[j.Kind+"/"+j.Name], pool, v.Now),
+				Age: o.age(submitted), Checkpoint: agoOrDash(o.age(j.LastCheckpoint))})
+		}
+	}
+	if pool != nil {
+		v.Chart = chartSVG(pool.Status, v.Now)
+	}
+	return v, nil
+}
+
+func (c *console) render(w http.ResponseWriter, r *http.Request, name string) {
+	v, err := c.view(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var buf bytes.Buffer
+	if err := consoleTemplates.ExecuteTemplate(&buf, name, v); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *console) page(w http.ResponseWriter, r *http.Request) { c.render(w, r, "page.html") }
+
+func (c *console) live(w http.ResponseWriter, r *http.Request) { c.render(w, r, "live") }
+
+// job serves one job's timeline.
+func (c *console) job(w http.ResponseWriter, r *http.Request) {
+	report, err := c.clients.report(r.Context(), c.clients.namespace)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	job, err := findJob(report, c.clients.namespace, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	var buf bytes.Buffer
+	if err := consoleTemplates.ExecuteTemplate(&buf, "timeline", job); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// events tells the page when what it shows changed (server-sent events):
+// it watches the GPUPool and the namespace's HarvestReport, and sends
+// "changed" at most once a second; the page then fetches /live.
+func (c *console) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ctx := r.Context()
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, target := range []struct {
+		ns, name string
+		ri       func(string) (watch.Interface, error)
+	}{
+		{"", c.pool, func(sel string) (watch.Interface, error) {
+			return c.clients.dynamic.Resource(v1alpha1.GPUPoolResource).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
+		}},
+		{c.clients.namespace, v1alpha1.HarvestReportName, func(sel string) (watch.Interface, error) {
+			return c.clients.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(c.clients.namespace).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
+		}},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sel := fields.OneTermEqualSelector("metadata.name", target.name).String()
+			for watchCtx.Err() == nil {
+				wi, err := target.ri(sel)
+				if err != nil {
+					select {
+					case <-watchCtx.Done():
+					case <-time.After(5 * time.Second):
+					}
+					continue
+				}
+				for range wi.ResultChan() {
+					notify()
+				}
+				wi.Stop()
+			}
+		}()
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprint(w, "retry: 2000\n\n")
+	flusher.Flush()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+		case <-changed:
+			fmt.Fprint(w, "event: changed\ndata: {}\n\n")
+			flusher.Flush()
+			select { // at most once a second
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		flusher.Flush()
+	}
+}
+
+// chartSVG draws the last 24 hours (inference and lent GPUs) and the next 24
+// (the lendable band and the inference expected) on one time axis, now in
+// the middle.
+func chartSVG(st v1alpha1.GPUPoolStatus, now time.Time) template.HTML {
+	const w, h, left, right, top, bottom = 720.0, 240.0, 40.0, 10.0, 10.0, 30.0
+	total := float64(max(st.GPUs.Total, 1))
+	x := func(t time.Time) float64 {
+		frac := (t.Sub(now).Hours() + 24) / 48
+		return left + min(max(frac, 0), 1)*(w-left-right)
+	}
+	y := func(v int64) float64 { return top + (1-float64(v)/total)*(h-top-bottom) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" role="img" aria-labelledby="chart-title chart-desc" class="chart">`, w, h)
+	fmt.Fprintf(&b, `<title id="chart-title">GPUs over the last 24 hours and the next 24</title>`)
+	fmt.Fprintf(&b, `<desc id="chart-desc">Left of the line marked now: GPUs serving inference and GPUs lent, sampled every 10 minutes. Right: the forecast band of lendable GPUs and the GPUs inference is expected to need, per hour. %d GPUs in all.</desc>`, st.GPUs.Total)
+	for _, v := range []int64{0, st.GPUs.Total / 2, st.GPUs.Total} {
+		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/><text class="axis" x="%.1f" y="%.1f" text-anchor="end">%d</text>`, left, w-right, y(v), y(v), left-4, y(v)+4, v)
+	}
+	for hAgo := -24; hAgo <= 24; hAgo += 6 {
+		t := now.Add(time.Duration(hAgo) * time.Hour)
+		label := t.UTC().Format("15h")
+		if hAgo == 0 {
+			label = "now"
+		}
+		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, x(t), h-10, label)
+	}
+	fmt.Fprintf(&b, `<line class="now" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/>`, x(now), x(now), top, h-bottom)
+	if len(st.Outlook) > 0 {
+		var upper, lower []string
+		for _, p := range st.Outlook {
+			for _, t := range []time.Time{p.Time.Time, p.Time.Add(time.Hour)} {
+				upper = append(upper, fmt.Sprintf("%.1f,%.1f", x(t), y(p.LendableHigh)))
+				lower = append([]string{fmt.Sprintf("%.1f,%.1f", x(t), y(p.LendableLow))}, lower...)
+			}
+		}
+		fmt.Fprintf(&b, `<polygon class="band" points="%s"><title>lendable GPUs, forecast (cautious to expected)</title></polygon>`, strings.Join(append(upper, lower...), " "))
+		var inf []string
+		for _, p := range st.Outlook {
+			inf = append(inf, fmt.Sprintf("%.1f,%.1f", x(p.Time.Time), y(p.Inference)), fmt.Sprintf("%.1f,%.1f", x(p.Time.Add(time.Hour)), y(p.Inference)))
+		}
+		fmt.Fprintf(&b, `<polyline class="inference forecast" points="%s"><title>inference GPUs, expected</title></polyline>`, strings.Join(inf, " "))
+	}
+	for _, series := range []struct {
+		class, title string
+		of           func(v1alpha1.PoolSample) int64
+	}{
+		{"inference", "inference GPUs", func(s v1alpha1.PoolSample) int64 { return s.Inference }},
+		{"lent", "lent GPUs", func(s v1alpha1.PoolSample) int64 { return s.Lent }},
+	} {
+		var pts []string
+		for _, s := range st.History {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s.Time.Time), y(series.of(s))))
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(now), y(series.of(v1alpha1.PoolSample{Inference: st.GPUs.Serving, Lent: st.GPUs.Lent}))))
+		fmt.Fprintf(&b, `<polyline class="%s" points="%s"><title>%s</title></polyline>`, series.class, strings.Join(pts, " "), series.title)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
