@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -466,23 +465,12 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		}
 
 		// be-3 was evicted for chat: its job's timeline says so, and be-1 runs on.
-		var report v1alpha1.HarvestReport
 		reports := dynamic.NewForConfigOrDie(env.cp.config).Resource(v1alpha1.HarvestReportResource).Namespace(researchNS)
-		eventually(t, 15*time.Second, "research's HarvestReport to record be-3's eviction", func(ctx context.Context) (bool, error) {
-			u, err := reports.Get(ctx, v1alpha1.HarvestReportName, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			report = v1alpha1.HarvestReport{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &report); err != nil {
-				return false, err
-			}
-			be3 := jobNamed(report, "be-3")
-			return be3 != nil && be3.Evictions == 1, nil
-		})
+		report := waitPublished(t, reports, v1alpha1.HarvestReportName, "research's HarvestReport to record be-3's eviction", 15*time.Second,
+			func(r *v1alpha1.HarvestReport) bool {
+				be3 := jobNamed(*r, "be-3")
+				return be3 != nil && be3.Evictions == 1
+			})
 		be3 := jobNamed(report, "be-3")
 		var kinds []string
 		for _, e := range be3.Timeline {

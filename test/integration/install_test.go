@@ -452,23 +452,32 @@ func TestInstall(t *testing.T) {
 // satisfies ok, and returns it.
 func waitGPUPool(t *testing.T, cp *controlPlane, ok func(v1alpha1.GPUPoolStatus) bool) v1alpha1.GPUPool {
 	t.Helper()
-	var pool v1alpha1.GPUPool
 	pools := dynamic.NewForConfigOrDie(cp.config).Resource(v1alpha1.GPUPoolResource)
-	eventually(t, 30*time.Second, "the published GPUPool", func(ctx context.Context) (bool, error) {
-		u, err := pools.Get(ctx, api.PoolInference, metav1.GetOptions{})
+	return waitPublished(t, pools, api.PoolInference, "the published GPUPool", 30*time.Second,
+		func(p *v1alpha1.GPUPool) bool { return ok(p.Status) })
+}
+
+// waitPublished waits until the object name of ri exists and, read as a T,
+// satisfies ok; it returns it.
+func waitPublished[T any](t *testing.T, ri dynamic.ResourceInterface, name, what string, timeout time.Duration, ok func(*T) bool) T {
+	t.Helper()
+	var obj T
+	eventually(t, timeout, what, func(ctx context.Context) (bool, error) {
+		u, err := ri.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		pool = v1alpha1.GPUPool{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pool); err != nil {
+		var zero T
+		obj = zero
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &obj); err != nil {
 			return false, err
 		}
-		return ok(pool.Status), nil
+		return ok(&obj), nil
 	})
-	return pool
+	return obj
 }
 
 // readersOfPublishedStatus: a researcher who may view a namespace reads its
