@@ -343,4 +343,3 @@ func chartSVG(st v1alpha1.GPUPoolStatus, now time.Time) template.HTML {
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
 }
-

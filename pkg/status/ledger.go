@@ -240,6 +240,17 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 	var gpus int64
 	var alive, running, succeeded, failed int32
+	// Only the pods there are now are remembered: a job that runs as many
+	// pods over its life (a workflow's steps) does not grow the ledger.
+	present := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		present[p.UID] = true
+	}
+	for uid := range j.pods {
+		if !present[uid] {
+			delete(j.pods, uid)
+		}
+	}
 	for _, p := range pods {
 		ps := j.seen(p)
 		g := api.PodGPUs(p, l.GPUResource)

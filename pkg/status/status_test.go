@@ -147,6 +147,9 @@ func TestLedgerFollowsAJob(t *testing.T) {
 	if j.State != v1alpha1.JobSucceeded || j.Pods != 0 {
 		t.Errorf("done: %+v", j)
 	}
+	if n := len(l.namespaces["research"].jobs["Pod/train-0"].pods); n != 1 {
+		t.Errorf("the job remembers %d pods, want only the one there is", n)
+	}
 }
 
 // A restarted controller continues from what it published: totals add up,
