@@ -115,7 +115,7 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 		list := map[string]any{"apiVersion": "v1", "kind": "List", "items": objs}
 		if s.output == "" {
 			for _, o := range objs {
-				fmt.Fprintf(s.streams.Out, "%s/%s created (dry run)\n", strings.ToLower(o.GetKind()), nameOf(o))
+				fmt.Fprintf(s.streams.Out, "%s/%s created (dry run)\n", kindRef(o), nameOf(o))
 			}
 			return nil
 		}
@@ -148,7 +148,7 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 		suffix = " (server dry run)"
 	}
 	for _, o := range created {
-		fmt.Fprintf(s.streams.Out, "%s/%s created%s\n", strings.ToLower(o.GetKind()), o.GetName(), suffix)
+		fmt.Fprintf(s.streams.Out, "%s/%s created%s\n", kindRef(o), o.GetName(), suffix)
 	}
 	last := created[len(created)-1]
 	ref := last.GetKind() + "/" + last.GetName()
@@ -157,6 +157,15 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 	}
 	fmt.Fprintf(s.streams.Out, "Follow it: kubectl gleaner jobs -n %s --watch; kubectl gleaner describe %s -n %s\n", c.namespace, ref, c.namespace)
 	return nil
+}
+
+// kindRef names an object's kind as kubectl does: kind.group, in lower case.
+func kindRef(o *unstructured.Unstructured) string {
+	ref := strings.ToLower(o.GetKind())
+	if g := o.GroupVersionKind().Group; g != "" {
+		ref += "." + g
+	}
+	return ref
 }
 
 func nameOf(o *unstructured.Unstructured) string {

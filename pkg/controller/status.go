@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,8 +175,14 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 			p.pool = written{at: now, content: pool}
 		}
 	}
+	namespaces := p.ledger.Namespaces()
+	for ns := range p.reports { // namespaces the ledger forgot (deleted)
+		if _, found := slices.BinarySearch(namespaces, ns); !found {
+			delete(p.reports, ns)
+		}
+	}
 	writes := 0
-	for _, ns := range p.ledger.Namespaces() {
+	for _, ns := range namespaces {
 		st, changed := p.ledger.Report(ns, now, p.cfg.Price)
 		last := p.reports[ns]
 		if !p.due(last, now, changed) || (!changed && st.HarvestedGPUSeconds == last.seconds) {

@@ -53,8 +53,9 @@ type job struct {
 	// time of their last event: a pod of that name created by then is the
 	// one named (seen again after a restart), a later one is new.
 	restored map[string]restoredPod
-	// submitted: the oldest pod's creation.
+	// submitted: the oldest pod's creation; known: its submission is recorded.
 	submitted time.Time
+	known     bool
 }
 
 type restoredPod struct {
@@ -116,7 +117,7 @@ func (l *Ledger) Restore(ns string, st v1alpha1.HarvestReportStatus) {
 			if len(n.jobs) >= v1alpha1.MaxJobs {
 				continue
 			}
-			j = &job{Job: stored, pods: map[types.UID]*podSeen{}}
+			j = &job{Job: stored, pods: map[types.UID]*podSeen{}, known: true}
 			j.Timeline = nil
 			n.jobs[key] = j
 		} else {
@@ -193,13 +194,12 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 		seen[j] = true
 		byJob[j] = append(byJob[j], p)
 		created := p.CreationTimestamp.Time
-		if j.submitted.IsZero() || created.Before(j.submitted) {
-			first := j.submitted.IsZero()
+		if !j.known {
+			j.known, j.submitted = true, created
+			l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(created), Type: v1alpha1.EventSubmitted, Pod: p.Name,
+				GPUs: api.PodGPUs(p, l.GPUResource), Message: "submitted"})
+		} else if created.Before(j.submitted) {
 			j.submitted = created
-			if first {
-				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(created), Type: v1alpha1.EventSubmitted, Pod: p.Name,
-					GPUs: api.PodGPUs(p, l.GPUResource), Message: "submitted"})
-			}
 		}
 		if api.HoldsResources(p) && onPool(p.Spec.NodeName) && elapsed > 0 {
 			gpus := float64(api.PodGPUs(p, l.GPUResource))
@@ -256,6 +256,19 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 		g := api.PodGPUs(p, l.GPUResource)
 		switch p.Status.Phase {
 		case v1.PodSucceeded, v1.PodFailed:
+			if p.Status.Phase == v1.PodFailed && !ps.evicted {
+				// Ended by a disruption the controller did not make (the
+				// scheduler's preemption, a drain): an eviction as well.
+				if c := disruption(p); c != nil {
+					ps.evicted = true
+					j.Evictions++
+					l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(now), Type: v1alpha1.EventEvicted, Pod: p.Name, Node: p.Spec.NodeName,
+						GPUs: g, Message: "evicted: " + c.Reason + ": " + c.Message})
+				}
+			}
+			if ps.evicted {
+				continue // its end is its eviction, recorded
+			}
 			if p.Status.Phase == v1.PodSucceeded {
 				succeeded++
 			} else {
@@ -336,6 +349,16 @@ func (j *job) seen(p *v1.Pod) *podSeen {
 	}
 	j.pods[p.UID] = ps
 	return ps
+}
+
+// disruption is a pod's DisruptionTarget condition, if it is true.
+func disruption(p *v1.Pod) *v1.PodCondition {
+	for i, c := range p.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // boundAt is when a pod was scheduled, or now when it does not say.

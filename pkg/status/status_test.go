@@ -152,6 +152,33 @@ func TestLedgerFollowsAJob(t *testing.T) {
 	}
 }
 
+// A pod that ends Failed with a DisruptionTarget (the scheduler's
+// preemption) counts as evicted; one the controller evicted is not finished
+// again when it ends.
+func TestLedgerCountsOtherDisruptions(t *testing.T) {
+	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
+	onPool := func(string) bool { return true }
+	a := testobj.BestEffort("research", "a", "gpu-1", 2, time.Time{})
+	b := testobj.BestEffort("research", "b", "gpu-1", 2, time.Time{})
+	l.Observe(t0, []*v1.Pod{a, b}, onPool, 0)
+	l.Evicted(t0, a, "evicted: needed by chat", 0)
+	for _, p := range []*v1.Pod{a, b} {
+		p.Status.Phase = v1.PodFailed
+		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "PreemptionByScheduler", Message: "preempted by serving/chat-1"}}
+	}
+	l.Observe(t0.Add(time.Second), []*v1.Pod{a, b}, onPool, 0)
+	st, _ := l.Report("research", t0, nil)
+	for _, j := range st.Jobs {
+		var types []string
+		for _, e := range j.Timeline {
+			types = append(types, string(e.Type))
+		}
+		if strings.Join(types, " ") != "Submitted Placed Evicted" || j.Evictions != 1 || j.State != v1alpha1.JobEvicted {
+			t.Errorf("%s: %v, %d evictions, %s", j.Name, types, j.Evictions, j.State)
+		}
+	}
+}
+
 // A restarted controller continues from what it published: totals add up,
 // and pods already placed are not placed again.
 func TestLedgerRestore(t *testing.T) {

@@ -144,7 +144,7 @@ func TestKubectlGleaner(t *testing.T) {
 		installPodGroupCRD(t, cp)
 		code, stdout, stderr := kubectlGleaner(t, cp, "submit", "train-llama", "-n", researchNS, "--image", "registry.example.com/me/train:1",
 			"--gpus", "2", "--checkpoint-uri", "s3://bucket/llama", "--checkpoint-interval", "30m", "-e", "EPOCHS=3", "--", "python", "train.py")
-		if code != 0 || !strings.Contains(stdout, "job/train-llama created") || !strings.Contains(stdout, "kubectl gleaner describe Job/train-llama") {
+		if code != 0 || !strings.Contains(stdout, "job.batch/train-llama created") || !strings.Contains(stdout, "kubectl gleaner describe Job/train-llama") {
 			t.Fatalf("submit: exit %d\n%s%s", code, stdout, stderr)
 		}
 		job, err := cp.client.BatchV1().Jobs(researchNS).Get(ctx, "train-llama", metav1.GetOptions{})

@@ -113,6 +113,14 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 			k.mu.Lock()
 			delete(k.admitted[pod.Spec.NodeName], pod.UID)
 			k.mu.Unlock()
+			// As a kubelet does, the pod ends Failed (its conditions, such as
+			// an eviction's DisruptionTarget, kept) before it is removed: a
+			// Job's controller judges it by its end.
+			if cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil && cur.UID == pod.UID &&
+				cur.Status.Phase != v1.PodSucceeded && cur.Status.Phase != v1.PodFailed {
+				cur.Status.Phase = v1.PodFailed
+				_, _ = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			}
 			zero := int64(0)
 			_ = k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		}()
