@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -135,7 +136,9 @@ func TestChecksFailClosed(t *testing.T) {
 	tm, _ := newTiming(4)
 	empty := &report{t: tm}
 	failures := empty.check()
-	for _, want := range []string{"no GPU was ever lent", "no best-effort job finished", "never reclaimed", "autoscaler never changed"} {
+	empty.published = published{err: errors.New(`harvestreports.gleaner.dev "gleaner" not found`)}
+	failures = empty.check()
+	for _, want := range []string{"no GPU was ever lent", "no best-effort job finished", "never reclaimed", "autoscaler never changed", "published no readable HarvestReport"} {
 		found := false
 		for _, f := range failures {
 			found = found || strings.Contains(f, want)
@@ -147,7 +150,8 @@ func TestChecksFailClosed(t *testing.T) {
 
 	good := &report{t: tm, peakLent: 40, finishedJobs: 3, byReclaimer: 2,
 		infWaits:      []time.Duration{time.Second, 2 * time.Second},
-		replicaRanges: []replicaRange{{"chat", 1, 6}}}
+		replicaRanges: []replicaRange{{"chat", 1, 6}},
+		published:     published{pool: true, gpuSeconds: 3600, jobs: 2, timelines: 2}}
 	good.lentGPU.sample(time.Unix(0, 0), 40)
 	good.lentGPU.sample(time.Unix(10, 0), 0)
 	if f := good.check(); len(f) != 0 {

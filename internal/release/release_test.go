@@ -91,7 +91,8 @@ func TestReleasePinsTheBuiltImages(t *testing.T) {
 	for _, o := range objects(t, shared) {
 		sharedKinds[o.GetKind()]++
 	}
-	if sharedKinds["CustomResourceDefinition"] != 1 || sharedKinds["PriorityClass"] != 2 || len(sharedKinds) != 2 {
+	// The PodGroup, GPUPool and HarvestReport CRDs, and both PriorityClasses.
+	if sharedKinds["CustomResourceDefinition"] != 3 || sharedKinds["PriorityClass"] != 2 || len(sharedKinds) != 2 {
 		t.Errorf("shared.yaml holds %v", sharedKinds)
 	}
 
