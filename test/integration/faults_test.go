@@ -567,6 +567,7 @@ func TestFaults(t *testing.T) {
 		// full of ordinary lent pods.
 		held := bestEffortPod("held", 4)
 		held.Finalizers = []string{"example.com/never-released"}
+		held.Labels = map[string]string{labelUnkillable: "true"}
 		held.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
 		env.create(held)
 		env.waitBound(researchNS, "held", 20*time.Second)

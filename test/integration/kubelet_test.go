@@ -50,6 +50,11 @@ type standInKubelet struct {
 // readiness probe.
 const labelNeverReady = "test.gleaner.dev/never-ready"
 
+// labelUnkillable marks a pod whose containers do not die when it is
+// deleted (a process stuck in the kernel, a volume that will not unmount):
+// it stays Running, holding its GPUs, for as long as a finalizer keeps it.
+const labelUnkillable = "test.gleaner.dev/unkillable"
+
 func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
 	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}, admitted: map[string]map[types.UID]int64{}}
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -117,7 +122,7 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 			// an eviction's DisruptionTarget, kept) before it is removed: a
 			// Job's controller judges it by its end.
 			if cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil && cur.UID == pod.UID &&
-				cur.Status.Phase != v1.PodSucceeded && cur.Status.Phase != v1.PodFailed {
+				cur.Labels[labelUnkillable] == "" && cur.Status.Phase != v1.PodSucceeded && cur.Status.Phase != v1.PodFailed {
 				cur.Status.Phase = v1.PodFailed
 				_, _ = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 			}
