@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	rep.published = readPublished(scenarioCtx, c)
+	rep.published.consoleErr = tryConsole(scenarioCtx, c.kubeconfig)
 	rep.print(out)
 	var saved bytes.Buffer
 	rep.print(&saved)

@@ -1,14 +1,20 @@
 package demo
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gleaner-dev/gleaner/internal/cli"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 )
@@ -20,6 +26,9 @@ type published struct {
 	gpuSeconds               int64
 	jobs, evicted, timelines int
 	err                      error
+	// consoleErr: what kept the console the demo prints from showing the
+	// pool (nil: it showed it).
+	consoleErr error
 }
 
 // readPublished reads back what the controller published, as kubectl
@@ -58,8 +67,12 @@ func (p published) print(w io.Writer, scale float64) {
 		fmt.Fprintf(w, "  Published by gleaner-controller      nothing readable: %v\n", p.err)
 		return
 	}
-	fmt.Fprintf(w, "  Published by gleaner-controller      research's HarvestReport: %.1f GPU-hours, %d jobs (%d evicted at least once); GPUPool %v\n",
-		float64(p.gpuSeconds)*scale/3600, p.jobs, p.evicted, p.pool)
+	console := "shows it"
+	if p.consoleErr != nil {
+		console = "failed: " + p.consoleErr.Error()
+	}
+	fmt.Fprintf(w, "  Published by gleaner-controller      research's HarvestReport: %.1f GPU-hours, %d jobs (%d evicted at least once); GPUPool %v; the console %s\n",
+		float64(p.gpuSeconds)*scale/3600, p.jobs, p.evicted, p.pool, console)
 }
 
 // check says what is missing from what the controller published.
@@ -71,6 +84,51 @@ func (p published) check() []string {
 		return []string{"gleaner-controller published no GPUPool"}
 	case p.gpuSeconds <= 0 || p.timelines == 0:
 		return []string{fmt.Sprintf("%s's HarvestReport shows no harvest (%d GPU-seconds) or no job's timeline", researchNS, p.gpuSeconds)}
+	case p.consoleErr != nil:
+		return []string{fmt.Sprintf("the console the demo prints did not show the pool: %v", p.consoleErr)}
+	}
+	return nil
+}
+
+// tryConsole runs kubectl gleaner console on the demo's cluster, as the
+// printed command does, and checks that its page shows the pool's nodes and
+// its chart.
+func tryConsole(ctx context.Context, kubeconfig string) error {
+	ctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	out, w := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(ctx, []string{"--kubeconfig", kubeconfig, "-n", researchNS, "console"},
+			genericiooptions.IOStreams{In: strings.NewReader(""), Out: w, ErrOut: w}, time.Now)
+		w.Close()
+	}()
+	defer func() { stop(); <-done }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if err != nil {
+		return fmt.Errorf("no URL printed: %w", err)
+	}
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		return fmt.Errorf("no URL printed: %q", line)
+	}
+	url := strings.TrimSpace(line[i:])
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	page, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(page), `role="listitem"`) || !strings.Contains(string(page), `<svg`) {
+		return fmt.Errorf("GET %s: %s, %d bytes without the pool's nodes and chart", url, res.Status, len(page))
 	}
 	return nil
 }
