@@ -322,7 +322,11 @@ func TestInstall(t *testing.T) {
 			`{"metadata":{"labels":{"gleaner.dev/pool":null}}}`,
 			`{"spec":{"unschedulable":true}}`,
 		} {
-			if err := patch(body); err == nil || !strings.Contains(err.Error(), "gleaner-controller") {
+			err := patch(body)
+			for deadline := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(deadline); err = patch(body) {
+				time.Sleep(200 * time.Millisecond) // the policy may not be loaded yet
+			}
+			if err == nil || !strings.Contains(err.Error(), "gleaner-controller") {
 				t.Errorf("gleaner-controller patching %s: %v, want denied", body, err)
 			}
 		}
@@ -371,7 +375,13 @@ func TestInstall(t *testing.T) {
 			if tt.subresource != "" {
 				subresources = []string{tt.subresource}
 			}
-			_, err := controllerClient.CoreV1().Pods("vap-tenant").Patch(ctx, tt.pod, tt.patchType, []byte(tt.body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, subresources...)
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				_, err = controllerClient.CoreV1().Pods("vap-tenant").Patch(ctx, tt.pod, tt.patchType, []byte(tt.body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, subresources...)
+				if tt.deny == "" || err != nil || time.Now().After(deadline) {
+					break // a denial may wait for its policy to load (each loads apart); an allowance may not
+				}
+			}
 			switch {
 			case tt.deny == "" && err != nil:
 				t.Errorf("gleaner-controller writing %s: denied: %v", tt.name, err)
