@@ -132,7 +132,7 @@ func (c *clients) explain(err error, what string, gvr schema.GroupVersionResourc
 			hint = " (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)"
 		}
 		return fmt.Errorf("you may not read %s%s: %s", what, hint, errMessage(err))
-	case apierrors.IsNotFound(err) && notServed(err):
+	case v1alpha1.NotServed(err):
 		return fmt.Errorf("Gleaner is not installed on this cluster: it serves no %s.%s API (see docs/install.md)", gvr.Resource, gvr.Group)
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%s not found: %s", what, errMessage(err))
@@ -148,17 +148,6 @@ func errMessage(err error) string {
 		return st.Status().Message
 	}
 	return err.Error()
-}
-
-// notServed says whether a NotFound means the resource type itself is not
-// served (no CRD), rather than one object missing.
-func notServed(err error) bool {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return false
-	}
-	d := st.Status().Details
-	return d == nil || d.Name == ""
 }
 
 // pool reads the GPUPool name.
@@ -178,7 +167,7 @@ func (c *clients) pool(ctx context.Context, name string) (*v1alpha1.GPUPool, err
 // (no best-effort job ran there).
 func (c *clients) report(ctx context.Context, ns string) (*v1alpha1.HarvestReport, error) {
 	u, err := c.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(ns).Get(ctx, v1alpha1.HarvestReportName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && !notServed(err) {
+	if apierrors.IsNotFound(err) && !v1alpha1.NotServed(err) {
 		return nil, nil
 	}
 	if err != nil {

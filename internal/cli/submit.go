@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 )
 
 // Resources submit creates beside Jobs.
@@ -130,10 +130,10 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 		gvr := resourceOf(o)
 		out, err := c.dynamic.Resource(gvr).Namespace(c.namespace).Create(ctx, o, opts)
 		if err != nil {
-			if apierrors.IsNotFound(err) && notServed(err) && gvr == workflowResource {
+			if v1alpha1.NotServed(err) && gvr == workflowResource {
 				return fmt.Errorf("this cluster serves no Argo Workflows (workflows.argoproj.io): install Argo, or submit the job itself")
 			}
-			if apierrors.IsNotFound(err) && notServed(err) && gvr == podGroupResource {
+			if v1alpha1.NotServed(err) && gvr == podGroupResource {
 				return fmt.Errorf("this cluster serves no PodGroups (scheduling.x-k8s.io): Gleaner's CRDs are not installed (docs/install.md)")
 			}
 			return c.explain(err, fmt.Sprintf("%s %s (creating it)", o.GetKind(), nameOf(o)), gvr)

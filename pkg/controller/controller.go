@@ -212,8 +212,8 @@ type Controller struct {
 	// reported: each service's last set of problems reported as an Event.
 	reported map[string]string
 	// services: the services of the last round (each with a forecast load
-	// series); harvestSeries: the namespaces with a harvested GPU-seconds series.
-	services, harvestSeries map[string]bool
+	// series).
+	services map[string]bool
 }
 
 // New builds a controller, or says what is wrong with cfg. Nothing runs until
@@ -564,43 +564,32 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 	onPool := func(name string) bool { n, ok := nodes[name]; return ok && n.InPool }
 	for ns, s := range c.ledger.Observe(now, pods, onPool, elapsed) {
 		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
-		if c.harvestSeries == nil {
-			c.harvestSeries = map[string]bool{}
-		}
-		c.harvestSeries[ns] = true
 	}
 	// On the first round every bound pod is history: a restart must not count its wait again.
 	first := c.seenBound == nil
 	present := make(map[types.UID]bool, len(c.seenBound))
 	for _, p := range pods {
 		n, ok := nodes[p.Spec.NodeName]
-		if !ok || !n.InPool || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) {
+		if !ok || !n.InPool || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
 			continue
 		}
-		switch {
-		case api.IsInference(p):
-			scheduled := scheduledAt(p)
-			if scheduled.IsZero() {
-				continue // seen again once its PodScheduled condition is written
-			}
-			present[p.UID] = true
-			if !first && !c.seenBound[p.UID] {
-				inferenceWait.Observe(scheduled.Sub(p.CreationTimestamp.Time).Seconds())
-			}
+		scheduled := scheduledAt(p)
+		if scheduled.IsZero() {
+			continue // seen again once its PodScheduled condition is written
+		}
+		present[p.UID] = true
+		if !first && !c.seenBound[p.UID] {
+			inferenceWait.Observe(scheduled.Sub(p.CreationTimestamp.Time).Seconds())
 		}
 	}
 	c.seenBound = present
-	// A namespace that is gone takes its series with it: tenants' namespaces
-	// come and go, and the controller's memory must not grow with them.
-	for ns := range c.harvestSeries {
-		if _, err := c.namespaces.Get(ns); apierrors.IsNotFound(err) {
-			harvestedGPUSeconds.DeleteLabelValues(ns)
-			delete(c.harvestSeries, ns)
-		}
-	}
+	// A namespace that is gone takes its ledger and its series with it:
+	// tenants' namespaces come and go, and the controller's memory must not
+	// grow with them. Every namespace with a series is in the ledger.
 	for _, ns := range c.ledger.Namespaces() {
 		if _, err := c.namespaces.Get(ns); apierrors.IsNotFound(err) {
 			c.ledger.Forget(ns)
+			harvestedGPUSeconds.DeleteLabelValues(ns)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -514,8 +515,9 @@ func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !tc.c.harvestSeries["gone-tomorrow"] || tc.c.drainingSince["b"].IsZero() {
-		t.Fatalf("set-up: series %v, draining %v", tc.c.harvestSeries, tc.c.drainingSince)
+	if !hasSeries(t, "gleaner_harvested_gpu_seconds_total", "namespace", "gone-tomorrow") ||
+		!slices.Contains(tc.c.ledger.Namespaces(), "gone-tomorrow") || tc.c.drainingSince["b"].IsZero() {
+		t.Fatalf("set-up: ledger %v, draining %v", tc.c.ledger.Namespaces(), tc.c.drainingSince)
 	}
 	if err := tc.namespaces.Delete(ns); err != nil {
 		t.Fatal(err)
@@ -530,9 +532,32 @@ func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
 	if _, err := tc.sync(t, t0.Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if len(tc.c.harvestSeries) != 0 || len(tc.c.drainingSince) != 0 {
-		t.Fatalf("remembered after deletion: series %v, draining %v", tc.c.harvestSeries, tc.c.drainingSince)
+	if hasSeries(t, "gleaner_harvested_gpu_seconds_total", "namespace", "gone-tomorrow") ||
+		len(tc.c.ledger.Namespaces()) != 0 || len(tc.c.drainingSince) != 0 {
+		t.Fatalf("remembered after deletion: ledger %v, draining %v", tc.c.ledger.Namespaces(), tc.c.drainingSince)
 	}
+}
+
+// hasSeries says whether the metric name has a series whose label is value.
+func hasSeries(t *testing.T, name, label, value string) bool {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Each service's load, replicas and headroom are exported per round, and a

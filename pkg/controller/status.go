@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -11,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,7 +92,7 @@ func (p *publisher) restore(ctx context.Context) error {
 	}
 	pool, err := p.cfg.Client.Resource(v1alpha1.GPUPoolResource).Get(ctx, p.cfg.PoolName, metav1.GetOptions{})
 	switch {
-	case missingCRD(err) || apierrors.IsForbidden(err):
+	case v1alpha1.NotServed(err) || apierrors.IsForbidden(err):
 		p.disable(ctx, err)
 		return nil
 	case apierrors.IsNotFound(err):
@@ -110,7 +108,7 @@ func (p *publisher) restore(ctx context.Context) error {
 	}
 	list, err := p.cfg.Client.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
 	switch {
-	case missingCRD(err) || apierrors.IsForbidden(err):
+	case v1alpha1.NotServed(err) || apierrors.IsForbidden(err):
 		p.disable(ctx, err)
 		return nil
 	case err != nil:
@@ -129,22 +127,6 @@ func (p *publisher) restore(ctx context.Context) error {
 	}
 	p.restored = true
 	return nil
-}
-
-// missingCRD says whether err means the API does not serve the resource.
-func missingCRD(err error) bool {
-	if err == nil {
-		return false
-	}
-	if meta.IsNoMatchError(err) {
-		return true
-	}
-	var status apierrors.APIStatus
-	if apierrors.IsNotFound(err) && errors.As(err, &status) {
-		d := status.Status().Details
-		return d == nil || d.Name == ""
-	}
-	return false
 }
 
 func (p *publisher) disable(ctx context.Context, err error) {
@@ -195,8 +177,8 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 		err := p.apply(ctx, v1alpha1.HarvestReportResource, ns, v1alpha1.HarvestReportName, "HarvestReport", &st)
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsForbidden(err) && strings.Contains(err.Error(), "being terminated"):
-			p.ledger.Forget(ns) // the namespace is gone or going
-			delete(p.reports, ns)
+			// The namespace is gone or going: no error; the ledger forgets it
+			// once the namespace informer sees it gone.
 		case err != nil:
 			errs = append(errs, err)
 		default:
@@ -249,7 +231,7 @@ func (p *publisher) apply(ctx context.Context, gvr schema.GroupVersionResource, 
 	}
 	opts := metav1.ApplyOptions{FieldManager: Component, Force: true}
 	_, err = ri.ApplyStatus(ctx, name, obj(true), opts)
-	if apierrors.IsNotFound(err) && !missingCRD(err) {
+	if apierrors.IsNotFound(err) && !v1alpha1.NotServed(err) {
 		if _, err = ri.Apply(ctx, name, obj(false), opts); err == nil {
 			_, err = ri.ApplyStatus(ctx, name, obj(true), opts)
 		}

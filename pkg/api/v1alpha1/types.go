@@ -10,6 +10,10 @@
 package v1alpha1
 
 import (
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -25,6 +29,21 @@ var (
 	GPUPoolResource       = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "gpupools"}
 	HarvestReportResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "harvestreports"}
 )
+
+// NotServed says whether err means that the API server does not serve the
+// resource asked for at all (its CRD is not installed), rather than that one
+// object, or its namespace, is missing.
+func NotServed(err error) bool {
+	if meta.IsNoMatchError(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d == nil || d.Name == ""
+}
 
 // HarvestReportName is the name of the one HarvestReport in each namespace.
 const HarvestReportName = "gleaner"
