@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
@@ -36,9 +39,10 @@ var consoleTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 
 type consoleOptions struct {
 	*options
-	address string
-	port    int
-	pool    string
+	address    string
+	port       int
+	pool       string
+	namespaces []string
 }
 
 func newConsoleCommand(o *options) *cobra.Command {
@@ -50,14 +54,20 @@ func newConsoleCommand(o *options) *cobra.Command {
 pool's nodes and GPUs (serving, lent, headroom, idle), the last 24 hours and
 the next 24, your namespace's harvest and value, and your jobs with their
 timelines. It reads with your kubeconfig's rights, and the page updates live.
-It only reads; Ctrl-C stops it.`,
+It only reads; Ctrl-C stops it.
+
+With --namespaces it serves several namespaces, one page each (?namespace=),
+and nothing of any other: the form the chart deploys in-cluster, read-only,
+behind the admin's ingress (docs/install.md).`,
 		Example: `  kubectl gleaner console -n research
-  kubectl gleaner console --port 8090`,
+  kubectl gleaner console --port 8090
+  kubectl gleaner console --address 0.0.0.0 --port 8080 --namespaces research,vision`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.run(cmd.Context()) },
 	}
 	cmd.Flags().StringVar(&c.address, "address", "127.0.0.1", "Address to listen on. Anything but a loopback address shows your namespace to whoever reaches it.")
 	cmd.Flags().IntVar(&c.port, "port", 0, "Port to listen on; 0 picks a free one.")
+	cmd.Flags().StringSliceVar(&c.namespaces, "namespaces", nil, "Namespaces to serve, one page each (the first is the default page); empty: --namespace's.")
 	poolFlag(cmd, &c.pool)
 	return cmd
 }
@@ -67,16 +77,22 @@ func (c *consoleOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Fail now, not in the browser, when the user may read nothing.
-	if _, err := cl.report(ctx, cl.namespace); err != nil {
+	namespaces, err := servedNamespaces(c.namespaces, cl.namespace)
+	if err != nil {
 		return err
+	}
+	// Fail now, not in the browser, when the user may read nothing.
+	for _, ns := range namespaces {
+		if _, err := cl.report(ctx, ns); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.address, fmt.Sprint(c.port)))
 	if err != nil {
 		return fmt.Errorf("--address %s --port %d: %w", c.address, c.port, err)
 	}
-	srv := &http.Server{Handler: (&console{clients: cl, pool: c.pool, now: c.now}).handler(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(c.streams.Out, "Gleaner console for namespace %s: http://%s/\n", cl.namespace, ln.Addr())
+	srv := &http.Server{Handler: (&console{clients: cl, pool: c.pool, namespaces: namespaces, now: c.now}).handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.streams.Out, "Gleaner console for namespace %s: http://%s/\n", strings.Join(namespaces, ", "), ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -90,11 +106,46 @@ func (c *consoleOptions) run(ctx context.Context) error {
 	}
 }
 
-// console serves the page, its live updates and job timelines.
+// servedNamespaces checks --namespaces (names, no repeats); without it, the
+// console serves the namespace of the user's context.
+func servedNamespaces(flag []string, current string) ([]string, error) {
+	if len(flag) == 0 {
+		return []string{current}, nil
+	}
+	seen := map[string]bool{}
+	for _, ns := range flag {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("--namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		if seen[ns] {
+			return nil, fmt.Errorf("--namespaces: %q is named twice", ns)
+		}
+		seen[ns] = true
+	}
+	return flag, nil
+}
+
+// console serves the page, its live updates and job timelines, for each of
+// its namespaces and no other.
 type console struct {
-	clients *clients
-	pool    string
-	now     func() time.Time
+	clients    *clients
+	pool       string
+	namespaces []string
+	now        func() time.Time
+}
+
+// namespace is the namespace a request asks for (?namespace=, the first
+// served when empty); false, with a 404 written, when it is not served.
+func (c *console) namespace(w http.ResponseWriter, r *http.Request) (string, bool) {
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		return c.namespaces[0], true
+	}
+	if slices.Contains(c.namespaces, ns) {
+		return ns, true
+	}
+	http.Error(w, "this console does not serve namespace "+strconv.Quote(oneLine(ns, 63)), http.StatusNotFound)
+	return "", false
 }
 
 func (c *console) handler() http.Handler {
@@ -105,6 +156,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET /live", c.live)
 	mux.HandleFunc("GET /events", c.events)
 	mux.HandleFunc("GET /job", c.job)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return securityHeaders(mux)
 }
 
@@ -120,12 +172,14 @@ func securityHeaders(h http.Handler) http.Handler {
 // view is what one rendering of the page shows.
 type view struct {
 	Namespace, Version string
-	Now                time.Time
-	Pool               *v1alpha1.GPUPool
-	PoolError          string
-	Report             *v1alpha1.HarvestReport
-	Jobs               []jobView
-	Chart              template.HTML
+	// Namespaces are the ones the console serves (a menu when more than one).
+	Namespaces []string
+	Now        time.Time
+	Pool       *v1alpha1.GPUPool
+	PoolError  string
+	Report     *v1alpha1.HarvestReport
+	Jobs       []jobView
+	Chart      template.HTML
 }
 
 type jobView struct {
@@ -133,20 +187,20 @@ type jobView struct {
 	Why, Age, Checkpoint string
 }
 
-func (c *console) view(ctx context.Context) (view, error) {
-	v := view{Namespace: c.clients.namespace, Version: version.Version, Now: c.now()}
+func (c *console) view(ctx context.Context, ns string) (view, error) {
+	v := view{Namespace: ns, Namespaces: c.namespaces, Version: version.Version, Now: c.now()}
 	pool, err := c.clients.pool(ctx, c.pool)
 	if err != nil {
 		v.PoolError = err.Error()
 	}
 	v.Pool = pool
-	report, err := c.clients.report(ctx, c.clients.namespace)
+	report, err := c.clients.report(ctx, ns)
 	if err != nil {
 		return v, err
 	}
 	v.Report = report
 	var pods map[string][]*v1.Pod
-	if list, err := c.clients.kube.CoreV1().Pods(c.clients.namespace).List(ctx, metav1.ListOptions{}); err == nil {
+	if list, err := c.clients.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		pods = podsByJob(list.Items)
 	}
 	o := &options{now: c.now}
@@ -167,7 +221,11 @@ func (c *console) view(ctx context.Context) (view, error) {
 }
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, name string) {
-	v, err := c.view(r.Context())
+	ns, ok := c.namespace(w, r)
+	if !ok {
+		return
+	}
+	v, err := c.view(r.Context(), ns)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -188,12 +246,16 @@ func (c *console) live(w http.ResponseWriter, r *http.Request) { c.render(w, r, 
 
 // job serves one job's timeline.
 func (c *console) job(w http.ResponseWriter, r *http.Request) {
-	report, err := c.clients.report(r.Context(), c.clients.namespace)
+	ns, ok := c.namespace(w, r)
+	if !ok {
+		return
+	}
+	report, err := c.clients.report(r.Context(), ns)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	job, err := findJob(report, c.clients.namespace, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
+	job, err := findJob(report, ns, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
@@ -216,6 +278,10 @@ func (c *console) events(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	ns, ok := c.namespace(w, r)
+	if !ok {
+		return
+	}
 	ctx := r.Context()
 	changed := make(chan struct{}, 1)
 	notify := func() {
@@ -235,8 +301,8 @@ func (c *console) events(w http.ResponseWriter, r *http.Request) {
 		{"", c.pool, func(sel string) (watch.Interface, error) {
 			return c.clients.dynamic.Resource(v1alpha1.GPUPoolResource).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
 		}},
-		{c.clients.namespace, v1alpha1.HarvestReportName, func(sel string) (watch.Interface, error) {
-			return c.clients.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(c.clients.namespace).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
+		{ns, v1alpha1.HarvestReportName, func(sel string) (watch.Interface, error) {
+			return c.clients.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(ns).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
 		}},
 	} {
 		wg.Add(1)

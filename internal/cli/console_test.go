@@ -41,10 +41,10 @@ func TestConsoleRenders(t *testing.T) {
 	scheme := runtime.NewScheme()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
 		v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"}, toU(pool), toU(report))
-	c := &console{clients: &clients{dynamic: dyn, kube: kubefake.NewClientset(), namespace: "research"}, pool: "inference", now: func() time.Time { return now }}
+	c := &console{clients: &clients{dynamic: dyn, kube: kubefake.NewClientset(), namespace: "research"}, pool: "inference", namespaces: []string{"research", "vision"}, now: func() time.Time { return now }}
 	srv := httptest.NewServer(c.handler())
 	defer srv.Close()
-	get := func(path string) (string, http.Header) {
+	fetch := func(path string) (int, string, http.Header) {
 		t.Helper()
 		res, err := http.Get(srv.URL + path)
 		if err != nil {
@@ -52,10 +52,15 @@ func TestConsoleRenders(t *testing.T) {
 		}
 		defer res.Body.Close()
 		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %s: %s", path, res.Status, body)
+		return res.StatusCode, string(body), res.Header
+	}
+	get := func(path string) (string, http.Header) {
+		t.Helper()
+		code, body, header := fetch(path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d: %s", path, code, body)
 		}
-		return string(body), res.Header
+		return body, header
 	}
 	page, header := get("/")
 	if !strings.Contains(header.Get("Content-Security-Policy"), "default-src 'self'") {
@@ -64,7 +69,10 @@ func TestConsoleRenders(t *testing.T) {
 	if n := strings.Count(page, `class="gpu lent"`); n != 3+1 { // three in the grid, one in the legend
 		t.Errorf("%d lent GPUs drawn, want 3 and the legend's", n)
 	}
-	for _, want := range []string{`<svg viewBox`, `class="band"`, `data-name="x"`, `/static/console.js`} {
+	// Relative links (an ingress may serve it under a path), and a menu of
+	// the namespaces served.
+	for _, want := range []string{`<svg viewBox`, `class="band"`, `data-name="x"`, `src="static/console.js"`, `data-namespace="research"`,
+		`<a href="?namespace=vision">vision</a>`, `<a href="?namespace=research" aria-current="page">`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
@@ -75,5 +83,35 @@ func TestConsoleRenders(t *testing.T) {
 	}
 	if js, _ := get("/static/console.js"); !strings.Contains(js, "EventSource") {
 		t.Error("console.js is not served")
+	}
+
+	// Another namespace served has its own page; one not served has none,
+	// by any route.
+	if vision, _ := get("/live?namespace=vision"); !strings.Contains(vision, "No best-effort job has run in vision yet") || strings.Contains(vision, `data-name="x"`) {
+		t.Errorf("vision's fragment: %s", vision)
+	}
+	for _, path := range []string{"/?namespace=kube-system", "/live?namespace=kube-system", "/job?namespace=kube-system&kind=Pod&name=x", "/events?namespace=kube-system"} {
+		if code, body, _ := fetch(path); code != http.StatusNotFound || !strings.Contains(body, `does not serve namespace "kube-system"`) {
+			t.Errorf("GET %s: %d %s", path, code, body)
+		}
+	}
+	if code, _, _ := fetch("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d", code)
+	}
+}
+
+// --namespaces takes namespace names, each once; without it the console
+// serves the context's namespace.
+func TestServedNamespaces(t *testing.T) {
+	if got, err := servedNamespaces(nil, "research"); err != nil || len(got) != 1 || got[0] != "research" {
+		t.Errorf("no flag: %v, %v", got, err)
+	}
+	if got, err := servedNamespaces([]string{"a", "b"}, "research"); err != nil || strings.Join(got, ",") != "a,b" {
+		t.Errorf("a,b: %v, %v", got, err)
+	}
+	for _, bad := range [][]string{{"a", "a"}, {"Research"}, {""}, {"a/b"}} {
+		if _, err := servedNamespaces(bad, "research"); err == nil || !strings.Contains(err.Error(), "--namespaces") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }

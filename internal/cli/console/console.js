@@ -5,12 +5,14 @@
   const live = document.getElementById("live");
   const connection = document.getElementById("connection");
   const open = new Set(); // "Kind/Name" of the timelines shown
+  // URLs are relative, so the console works behind an ingress's path prefix.
+  const ns = "namespace=" + encodeURIComponent(document.body.dataset.namespace);
 
   async function loadTimeline(button) {
     const key = button.dataset.kind + "/" + button.dataset.name;
     const row = button.closest("tr").nextElementSibling;
     const box = row.querySelector(".timeline");
-    const res = await fetch("/job?kind=" + encodeURIComponent(button.dataset.kind) + "&name=" + encodeURIComponent(button.dataset.name));
+    const res = await fetch("job?" + ns + "&kind=" + encodeURIComponent(button.dataset.kind) + "&name=" + encodeURIComponent(button.dataset.name));
     box.innerHTML = res.ok ? await res.text() : "<p>The timeline is unavailable: " + res.status + "</p>";
     row.hidden = false;
     button.setAttribute("aria-expanded", "true");
@@ -35,7 +37,7 @@
     if (refreshing) return;
     refreshing = true;
     try {
-      const res = await fetch("/live", { cache: "no-store" });
+      const res = await fetch("live?" + ns, { cache: "no-store" });
       if (!res.ok) throw new Error(res.status + " " + res.statusText);
       const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.name : null;
       live.innerHTML = await res.text();
@@ -52,7 +54,7 @@
     }
   }
 
-  const events = new EventSource("/events");
+  const events = new EventSource("events?" + ns);
   events.addEventListener("open", function () {
     connection.textContent = "live";
     connection.className = "connection live";
