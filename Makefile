@@ -37,7 +37,7 @@ build:
 # user on no base image, for every platform in PLATFORMS, written as OCI image
 # layouts in IMAGES_OUT with their digests in IMAGES_OUT/images.json.
 # `make push REGISTRY=registry.example.com/gleaner` pushes them.
-IMAGES := gleaner-scheduler gleaner-controller gleaner gleaner-train-example
+IMAGES := gleaner-scheduler gleaner-controller kubectl-gleaner gleaner gleaner-train-example
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGES_OUT ?= dist/images
 images:

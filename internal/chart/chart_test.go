@@ -197,6 +197,8 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"grace out of range", "maxReclaimGraceSeconds: 0\n", []string{"/maxReclaimGraceSeconds"}},
 		{"not a price", "status:\n  gpuHourPrice: \"-2.50\"\n", []string{"/status/gpuHourPrice"}},
 		{"a price as a number", "status:\n  gpuHourPrice: 2.5\n", []string{"/status/gpuHourPrice", "string"}},
+		{"not a namespace", "console:\n  namespaces: [Research]\n", []string{"/console/namespaces/0"}},
+		{"a namespace twice", "console:\n  namespaces: [research, research]\n", []string{"/console/namespaces"}},
 	} {
 		var vals map[string]any
 		if err := yaml.Unmarshal([]byte(tt.values), &vals); err != nil {
@@ -227,6 +229,7 @@ func TestChartRefusesInconsistentValues(t *testing.T) {
 		{"other namespace", nil, "gleaner", `install Gleaner into the namespace gleaner-system`},
 		{"best-effort above threshold", map[string]any{"bestEffortPriorityThreshold": -2000}, Namespace, "priorityClasses.bestEffort (-1000) must be below bestEffortPriorityThreshold (-2000)"},
 		{"inference below threshold", map[string]any{"bestEffortPriorityThreshold": 2000000}, Namespace, "priorityClasses.inference (1000000) must not be below"},
+		{"console for no namespace", map[string]any{"console": map[string]any{"enabled": true}}, Namespace, "console.enabled needs console.namespaces"},
 	} {
 		_, err := RenderChart(chartDir, tt.values, tt.namespace)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -327,10 +330,80 @@ func TestOneValueForSettingsThatMustAgree(t *testing.T) {
 	}
 }
 
+// The console, when enabled, serves exactly console.namespaces, reads and
+// only reads (pods and HarvestReports there, the GPUPool), and keeps to the
+// other components' image and pod settings. Off, it renders nothing.
+func TestConsoleValues(t *testing.T) {
+	c, err := RenderChart(chartDir, map[string]any{
+		"image":   map[string]any{"registry": "registry.example.com/ml", "tag": "v9.9.9"},
+		"console": map[string]any{"enabled": true, "namespaces": []any{"research", "vision"}, "service": map[string]any{"port": 8088}},
+	}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	d := objs["Deployment gleaner-system/gleaner-console"]
+	if d == nil {
+		t.Fatal("no Deployment gleaner-console")
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	ctr := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(ctr, "args")
+	if want := []string{"console", "--address=0.0.0.0", "--port=8080", "--namespaces=research,vision"}; !slices.Equal(args, want) {
+		t.Errorf("the console's args %v, want %v", args, want)
+	}
+	if img, _, _ := unstructured.NestedString(ctr, "image"); img != "registry.example.com/ml/kubectl-gleaner:v9.9.9" {
+		t.Errorf("the console runs %s", img)
+	}
+	if ro, _, _ := unstructured.NestedBool(ctr, "securityContext", "readOnlyRootFilesystem"); !ro {
+		t.Error("the console's root filesystem is writable")
+	}
+	if sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName"); sa != "gleaner-console" {
+		t.Errorf("the console runs as %q", sa)
+	}
+	if port, _, _ := unstructured.NestedSlice(objs["Service gleaner-system/gleaner-console"].Object, "spec", "ports"); len(port) != 1 || port[0].(map[string]any)["port"] != int64(8088) {
+		t.Errorf("the console's Service ports: %v", port)
+	}
+	for _, ns := range []string{"research", "vision"} {
+		rb := objs["RoleBinding "+ns+"/gleaner-console"]
+		if rb == nil {
+			t.Errorf("no RoleBinding for the console in %s", ns)
+			continue
+		}
+		if role, _, _ := unstructured.NestedString(rb.Object, "roleRef", "name"); role != "gleaner-console" {
+			t.Errorf("the console's RoleBinding in %s grants %s", ns, role)
+		}
+	}
+	if crb := objs["ClusterRoleBinding /gleaner-console-pool-reader"]; crb == nil {
+		t.Error("the console may not read the GPUPool")
+	}
+	rules, _, _ := unstructured.NestedSlice(objs["ClusterRole /gleaner-console"].Object, "rules")
+	for _, r := range rules {
+		verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+		if !slices.Equal(verbs, []string{"get", "list", "watch"}) {
+			t.Errorf("the console's ClusterRole grants %v", verbs)
+		}
+	}
+	if len(rules) != 2 {
+		t.Errorf("the console's ClusterRole has %d rules, want pods and harvestreports", len(rules))
+	}
+
+	off, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range byKey(t, off) {
+		if strings.Contains(k, "console") {
+			t.Errorf("the console is off by default, yet %s renders", k)
+		}
+	}
+}
+
 // `helm lint`'s rules find nothing to warn about, with the defaults and with
 // the ServiceMonitors on.
 func TestChartLint(t *testing.T) {
-	for _, vals := range []map[string]any{nil, {"serviceMonitor": map[string]any{"enabled": true}}} {
+	for _, vals := range []map[string]any{nil, {"serviceMonitor": map[string]any{"enabled": true}},
+		{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}} {
 		l := lint.RunAll(chartDir, vals, Namespace)
 		for _, m := range l.Messages {
 			if m.Severity >= support.WarningSev {

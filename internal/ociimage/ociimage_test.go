@@ -212,7 +212,7 @@ func TestBuiltImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gleaner-scheduler", "gleaner-controller", "gleaner", "gleaner-train-example"} {
+	for _, want := range []string{"gleaner-scheduler", "gleaner-controller", "kubectl-gleaner", "gleaner", "gleaner-train-example"} {
 		if _, ok := built.Images[want]; !ok {
 			t.Errorf("no image %s in %s/images.json", want, dir)
 		}

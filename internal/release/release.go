@@ -28,8 +28,8 @@ import (
 var Version = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 
 // Components are the chart's components with their own image: values key to
-// image name.
-var Components = map[string]string{"scheduler": "gleaner-scheduler", "controller": "gleaner-controller"}
+// image name. Component KEY runs as the Deployment gleaner-KEY.
+var Components = map[string]string{"scheduler": "gleaner-scheduler", "controller": "gleaner-controller", "console": "kubectl-gleaner"}
 
 // PinValues rewrites the chart's values.yaml text so that registry, tag and
 // each component's digest are set, keeping its comments. digests maps image

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,29 +27,30 @@ func objects(t *testing.T, stream []byte) []*unstructured.Unstructured {
 	return objs
 }
 
-// checkPinned checks that install runs each component's image from registry
-// by the digest digests gives it, and nothing else.
-func checkPinned(t *testing.T, install []byte, registry string, digests map[string]string) {
+// checkPinned checks that install runs the image of each component in
+// components from registry by the digest digests gives it, and nothing else.
+func checkPinned(t *testing.T, install []byte, registry string, digests map[string]string, components ...string) {
 	t.Helper()
-	n := 0
+	var checked []string
 	for _, o := range objects(t, install) {
 		if o.GetKind() != "Deployment" {
 			continue
 		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		img, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
-		d, ok := digests[o.GetName()]
+		key := strings.TrimPrefix(o.GetName(), "gleaner-")
+		image, ok := Components[key]
 		if !ok {
-			t.Errorf("install.yaml's Deployment %s has no built image", o.GetName())
+			t.Errorf("install.yaml's Deployment %s is no component's", o.GetName())
 			continue
 		}
-		if want := registry + "/" + o.GetName() + "@" + d; img != want {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		img, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
+		if want := registry + "/" + image + "@" + digests[image]; img != want {
 			t.Errorf("install.yaml runs %s as %q, want %s", o.GetName(), img, want)
 		}
-		n++
+		checked = append(checked, key)
 	}
-	if n != len(Components) {
-		t.Errorf("checked %d Deployments, want %d", n, len(Components))
+	if slices.Sort(checked); !slices.Equal(checked, components) {
+		t.Errorf("install.yaml runs the components %v, want %v", checked, components)
 	}
 }
 
@@ -59,6 +61,7 @@ func TestReleasePinsTheBuiltImages(t *testing.T) {
 	digests := map[string]string{
 		"gleaner-scheduler":  "sha256:" + strings.Repeat("1a", 32),
 		"gleaner-controller": "sha256:" + strings.Repeat("2b", 32),
+		"kubectl-gleaner":    "sha256:" + strings.Repeat("3c", 32),
 	}
 	out := t.TempDir()
 	pkg, err := PackageChart(chartDir, out, "v1.2.3", "registry.example.com/ml", digests)
@@ -79,7 +82,13 @@ func TestReleasePinsTheBuiltImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkPinned(t, install, "registry.example.com/ml", digests)
+	checkPinned(t, install, "registry.example.com/ml", digests, "controller", "scheduler")
+	// The console, off by default, is pinned too when an admin turns it on.
+	withConsole, err := chart.RenderChart(pkg, map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}, chart.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPinned(t, withConsole.YAML(), "registry.example.com/ml", digests, "console", "controller", "scheduler")
 	kinds := map[string]bool{}
 	for _, o := range objects(t, install) {
 		kinds[o.GetKind()] = true
@@ -112,8 +121,8 @@ func TestReleaseRefusesToPinHalfway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := map[string]string{"gleaner-scheduler": "sha256:" + strings.Repeat("1a", 32), "gleaner-controller": "sha256:" + strings.Repeat("2b", 32)}
-	if _, err := PinValues(values, "r", "v1.0.0", map[string]string{"gleaner-scheduler": full["gleaner-scheduler"]}); err == nil || !strings.Contains(err.Error(), "no digest for image gleaner-controller") {
+	full := map[string]string{"gleaner-scheduler": "sha256:" + strings.Repeat("1a", 32), "gleaner-controller": "sha256:" + strings.Repeat("2b", 32), "kubectl-gleaner": "sha256:" + strings.Repeat("3c", 32)}
+	if _, err := PinValues(values, "r", "v1.0.0", map[string]string{"gleaner-scheduler": full["gleaner-scheduler"], "gleaner-controller": full["gleaner-controller"]}); err == nil || !strings.Contains(err.Error(), "no digest for image kubectl-gleaner") {
 		t.Errorf("a missing digest: %v", err)
 	}
 	reshaped := bytes.Replace(values, []byte("    name: gleaner-controller\n"), []byte("    name: controller\n"), 1)
@@ -145,7 +154,7 @@ func TestReleaseOfBuiltImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkPinned(t, install, "registry.example.com/ml", digests)
+	checkPinned(t, install, "registry.example.com/ml", digests, "controller", "scheduler")
 }
 
 // The krew manifest names one archive per platform, each with its checksum
