@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -40,6 +41,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/internal/chart"
+	"github.com/gleaner-dev/gleaner/internal/cli"
 	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -453,9 +455,133 @@ func TestInstall(t *testing.T) {
 		readersOfPublishedStatus(t, ctx, cp)
 	})
 
+	t.Run("the console in-cluster reads its namespaces and nothing else", func(t *testing.T) {
+		inClusterConsole(t, ctx, cp, mapper)
+	})
+
 	t.Run("an uninstall leaves other teams working", func(t *testing.T) {
 		uninstallLeavesOtherTeams(t, ctx, cp, mapper)
 	})
+}
+
+// inClusterConsole installs the chart's console for one namespace, checks its
+// ServiceAccount may read that namespace's jobs and the pool and nothing
+// more, and runs the Deployment's command with that ServiceAccount's token:
+// it serves the namespace's page, and no other namespace's.
+func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper) {
+	const served, other = "console-research", "console-vision"
+	createNamespace(t, cp.client, served)
+	createNamespace(t, cp.client, other)
+	c, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"),
+		map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{served}}}, api.SystemNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, c.YAML(), "the chart with the console")
+	for _, obj := range objs {
+		if strings.Contains(obj.GetName(), "gleaner-console") {
+			if err := applyStrict(ctx, cp, mapper, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	impersonated := rest.CopyConfig(cp.config)
+	impersonated.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + api.SystemNamespace + ":gleaner-console",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + api.SystemNamespace},
+	}
+	client := kubernetes.NewForConfigOrDie(impersonated)
+	for _, c := range []struct {
+		verb, group, resource, namespace string
+		allowed                          bool
+	}{
+		{"list", "", "pods", served, true},
+		{"watch", v1alpha1.Group, "harvestreports", served, true},
+		{"watch", v1alpha1.Group, "gpupools", "", true},
+		{"list", "", "pods", other, false},
+		{"get", v1alpha1.Group, "harvestreports", other, false},
+		{"get", "", "secrets", served, false},
+		{"get", "", "configmaps", served, false},
+		{"create", "", "pods", served, false},
+		{"delete", "", "pods", served, false},
+		{"get", "", "pods/log", served, false},
+		{"patch", v1alpha1.Group, "gpupools", "", false},
+		{"list", "", "pods", "", false},
+	} {
+		resource, sub, _ := strings.Cut(c.resource, "/")
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: c.verb, Group: c.group, Resource: resource, Subresource: sub, Namespace: c.namespace}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != c.allowed {
+			t.Errorf("gleaner-console may %s %s in %q: %v, want %v", c.verb, c.resource, c.namespace, review.Status.Allowed, c.allowed)
+		}
+	}
+
+	// A job in the served namespace, as the controller would publish it.
+	writeStatus(t, cp, v1alpha1.HarvestReportResource, served, v1alpha1.HarvestReportName, "HarvestReport", &v1alpha1.HarvestReportStatus{
+		ObservedTime: metav1.Now(), HarvestedGPUSeconds: 7200, HarvestedGPUHours: "2.00",
+		Jobs: []v1alpha1.Job{{Kind: "Job", Name: "pretrain-in-cluster", State: v1alpha1.JobRunning, GPUs: 4, Pods: 1, HarvestedGPUSeconds: 7200}},
+	})
+
+	// The Deployment's command, on a free loopback port, with the
+	// ServiceAccount's token as the pod would have it.
+	d := renderedDeployment(t, objs, "gleaner-console")
+	port := freePort(t)
+	args := []string{"--kubeconfig", serviceAccountKubeconfig(t, cp, "gleaner-console")}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		switch name, _, _ := strings.Cut(a, "="); name {
+		case "--address":
+			a = "--address=127.0.0.1"
+		case "--port":
+			a = fmt.Sprintf("--port=%d", port)
+		}
+		args = append(args, a)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(runCtx, args, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}, time.Now)
+	}()
+	defer func() {
+		stop()
+		if code := <-done; code != 0 {
+			t.Errorf("the console %v exited %d:\n%s", args, code, out.String())
+		}
+	}()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	eventually(t, 30*time.Second, "the console to serve /healthz", func(context.Context) (bool, error) {
+		select {
+		case code := <-done:
+			done <- code
+			return false, fmt.Errorf("the console exited %d:\n%s", code, out.String())
+		default:
+		}
+		code, _ := get("/healthz")
+		return code == http.StatusOK, nil
+	})
+	if code, body := get("/"); code != http.StatusOK || !strings.Contains(body, "pretrain-in-cluster") || !strings.Contains(body, "namespace "+served) {
+		t.Errorf("the console's page: %d\n%s", code, body)
+	}
+	if code, body := get("/live?namespace=" + other); code != http.StatusNotFound {
+		t.Errorf("the console serves namespace %s: %d\n%s", other, code, body)
+	}
+	if strings.Contains(out.String(), "forbidden") {
+		t.Errorf("the console ran into missing RBAC permissions:\n%s", out.String())
+	}
 }
 
 // waitGPUPool waits until the controller published a GPUPool whose status
@@ -851,6 +977,24 @@ func buildCommands(t *testing.T, names ...string) string {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return dir
+}
+
+// syncBuffer is a bytes.Buffer written from one goroutine and read from another.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // process is a component running as a child process.
