@@ -1,11 +1,21 @@
 package cli
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
@@ -57,5 +67,45 @@ func TestGPUBar(t *testing.T) {
 	}
 	if got := gpuBar(v1alpha1.GPUCounts{Total: 1000, Serving: 500, Lent: 500}, 10); got != "[SSSSSLLLLL]" {
 		t.Errorf("scaled: %s", got)
+	}
+}
+
+// jobs --watch outlives the API server's end of a watch: it watches again
+// from the version it last printed, and from now when that has expired.
+func TestJobsWatchResumes(t *testing.T) {
+	report := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gleaner.dev/v1alpha1", "kind": "HarvestReport",
+		"metadata": map[string]any{"name": v1alpha1.HarvestReportName, "namespace": "research", "resourceVersion": "7"}}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"}, report)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var versions []string
+	dyn.PrependWatchReactor("harvestreports", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		versions = append(versions, action.(clienttesting.WatchActionImpl).WatchRestrictions.ResourceVersion)
+		w := watch.NewFake()
+		go func() {
+			switch len(versions) {
+			case 1: // a change, then the server ends the watch
+				w.Modify(report)
+				w.Stop()
+			case 2: // the version expired
+				w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired})
+			default: // the user stops; so does the watch
+				cancel()
+				w.Stop()
+			}
+		}()
+		return true, w, nil
+	})
+	var out, errOut strings.Builder
+	j := &jobsOptions{options: &options{streams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, now: time.Now}, watch: true}
+	if err := j.list(ctx, &clients{dynamic: dyn, kube: kubefake.NewClientset(), namespace: "research"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"7", "7", ""}; !slices.Equal(versions, want) {
+		t.Errorf("watched from versions %q, want %q", versions, want)
+	}
+	if n := strings.Count(errOut.String(), "No best-effort jobs"); n != 2 {
+		t.Errorf("printed %d times, want the first listing and one change:\n%s", n, errOut.String())
 	}
 }

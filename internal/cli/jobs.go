@@ -56,57 +56,76 @@ func (j *jobsOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := j.print(ctx, c); err != nil || !j.watch {
+	return j.list(ctx, c)
+}
+
+// list prints the jobs and, with --watch, prints them again on each change.
+func (j *jobsOptions) list(ctx context.Context, c *clients) error {
+	resourceVersion, err := j.print(ctx, c)
+	if err != nil || !j.watch {
 		return err
 	}
-	w, err := c.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(c.namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", v1alpha1.HarvestReportName).String(),
-	})
-	if err != nil {
-		return c.explain(err, "the HarvestReport of namespace "+c.namespace, v1alpha1.HarvestReportResource)
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Error {
-			return fmt.Errorf("watching the HarvestReport of namespace %s ended", c.namespace)
+	// Watch from the version printed. The API server ends a watch after a
+	// while (--min-request-timeout): watch again from the last version seen,
+	// or from now when that is too old, until the user stops.
+	for ctx.Err() == nil {
+		w, err := c.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(c.namespace).Watch(ctx, metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", v1alpha1.HarvestReportName).String(),
+			ResourceVersion: resourceVersion,
+		})
+		if err != nil {
+			return c.explain(err, "the HarvestReport of namespace "+c.namespace, v1alpha1.HarvestReportResource)
 		}
-		fmt.Fprintln(j.streams.Out)
-		if err := j.print(ctx, c); err != nil {
-			return err
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				resourceVersion = "" // expired: the next watch starts now
+				break
+			}
+			if ev.Type == watch.Bookmark {
+				continue
+			}
+			fmt.Fprintln(j.streams.Out)
+			if resourceVersion, err = j.print(ctx, c); err != nil {
+				w.Stop()
+				return err
+			}
 		}
+		w.Stop()
 	}
 	return nil
 }
 
-// print lists the jobs once.
-func (j *jobsOptions) print(ctx context.Context, c *clients) error {
+// print lists the jobs once, and returns the version of the report it
+// printed ("" when there is none).
+func (j *jobsOptions) print(ctx context.Context, c *clients) (string, error) {
 	report, err := c.report(ctx, c.namespace)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var jobs []v1alpha1.Job
+	resourceVersion := ""
 	if report != nil {
-		jobs = report.Status.Jobs
+		jobs, resourceVersion = report.Status.Jobs, report.ResourceVersion
 	}
 	if j.output == "json" || j.output == "yaml" {
 		if jobs == nil {
 			jobs = []v1alpha1.Job{}
 		}
-		return printObject(j.streams.Out, j.output, jobs)
+		return resourceVersion, printObject(j.streams.Out, j.output, jobs)
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintf(j.streams.ErrOut, "No best-effort jobs in namespace %s.\n", c.namespace)
-		return nil
+		return resourceVersion, nil
 	}
 	// Why waiting jobs wait: their pods' scheduling conditions, and the pool's
 	// outlook for when enough GPUs open (when the user may read the pool).
 	pods, err := c.kube.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return c.explain(err, "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
+		return "", c.explain(err, "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
 	}
 	pool, _ := c.pool(ctx, j.pool) // optional: no estimate without it
 	j.table(j.streams.Out, jobs, podsByJob(pods.Items), pool)
-	return nil
+	return resourceVersion, nil
 }
 
 // podsByJob groups pods by the job the controller files them under.
