@@ -25,7 +25,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/per
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build images push release test-images tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: all build images push release test-images test-perf tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -98,17 +98,23 @@ docs:
 # shared with etcd and the apiserver move one run's figures by 10-15%).
 PERF_LABELS ?= performance
 PERF_COUNT ?= 1
+PERF_OUT ?= bench/perf
 bench-perf: tools
-	@mkdir -p bench/perf bin/perf-logs
+	@mkdir -p $(PERF_OUT) bin/perf-logs
 	$(GO) test -c -o $(BIN)/perf.test ./test/perf
-	rm -f bench/perf/BenchmarkPerfScheduling_*.json
+	rm -f $(PERF_OUT)/BenchmarkPerfScheduling_*.json
 	cd test/perf && PATH="$(abspath $(TOOLS)):$$PATH" ARTIFACTS="$(abspath bin/perf-logs)" KUBE_CACHE_MUTATION_DETECTOR=false \
 		$(abspath $(BIN)/perf.test) -test.run='^$$' -test.bench=BenchmarkPerfScheduling -test.benchtime=1x -test.count=$(PERF_COUNT) -test.timeout=600m \
-		-perf-scheduling-label-filter=$(PERF_LABELS) -data-items-dir="$(abspath bench/perf)" \
-		> "$(abspath bench/perf/run.log)" 2>&1; rc=$$?; \
-		grep -E '^(--- FAIL|FAIL|panic)' "$(abspath bench/perf/run.log)"; \
+		-perf-scheduling-label-filter=$(PERF_LABELS) -data-items-dir="$(abspath $(PERF_OUT))" \
+		> "$(abspath $(PERF_OUT)/run.log)" 2>&1; rc=$$?; \
+		grep -E '^(--- FAIL|FAIL|panic)' "$(abspath $(PERF_OUT)/run.log)"; \
 		cd ../.. && { echo "# make bench-perf PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $$(free -g | awk '/^Mem/{print $$2}') GiB, $$($(GO) env GOVERSION), $$(date -u +%F)"; \
-		$(GO) run ./hack/perfreport bench/perf/BenchmarkPerfScheduling_*.json; } | tee bench/perf/report.txt; exit $$rc
+		$(GO) run ./hack/perfreport $(PERF_OUT)/BenchmarkPerfScheduling_*.json; } | tee $(PERF_OUT)/report.txt; exit $$rc
+
+# The benchmark's set-up, checked in make test: every workload at 10 nodes
+# (about a minute), through the shipped profile, into bin/perf-short.
+test-perf:
+	$(MAKE) bench-perf PERF_LABELS=short PERF_OUT=$(BIN)/perf-short
 
 # A local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
@@ -124,7 +130,7 @@ demo: build tools
 demo-check: build tools
 	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=2
 
-test: test-unit test-integration test-faults demo-check test-images
+test: test-unit test-integration test-faults demo-check test-images test-perf
 
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)

@@ -7,6 +7,7 @@
 package perf
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gleaner-dev/gleaner/internal/manifests"
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -47,10 +49,43 @@ func TestMain(m *testing.M) {
 // that the label filter selects (-perf-scheduling-label-filter; default
 // "performance").
 func BenchmarkPerfScheduling(b *testing.B) {
+	config, err := withShippedProfile("config/performance-config.yaml", b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
 	perf.PluginNames = append(perf.PluginNames, gpuharvest.Name, reclaimpreemption.Name, gang.Name)
-	perf.RunBenchmarkPerfScheduling(b, "config/performance-config.yaml", "gleaner", registry(),
+	perf.RunBenchmarkPerfScheduling(b, config, "gleaner", registry(),
 		perf.WithPrepareFn(actAsController),
 		perf.WithNodeUpdateFn(openNodes))
+}
+
+// shippedProfile is what config/performance-config.yaml names as the
+// scheduler configuration of every *_gleaner test case.
+const shippedProfile = "SHIPPED_PROFILE"
+
+// withShippedProfile writes the shipped gleaner-scheduler profile (the
+// config.yaml of manifests/' ConfigMap, which the chart renders) into dir, and
+// a copy of the workload config that names it where it says SHIPPED_PROFILE;
+// it returns the copy's path. Other paths in the config stay relative to
+// test/perf, where the benchmark runs.
+func withShippedProfile(configPath, dir string) (string, error) {
+	profile, err := manifests.SchedulerConfig(filepath.Join("..", "..", "manifests"))
+	if err != nil {
+		return "", err
+	}
+	profilePath := filepath.Join(dir, "gleaner-scheduler-config.yaml")
+	if err := os.WriteFile(profilePath, profile, 0o644); err != nil {
+		return "", err
+	}
+	raw, err := os.ReadFile(configPath)
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Contains(raw, []byte(shippedProfile)) {
+		return "", fmt.Errorf("%s names no %s: its gleaner test cases would not run the shipped profile", configPath, shippedProfile)
+	}
+	out := filepath.Join(dir, filepath.Base(configPath))
+	return out, os.WriteFile(out, bytes.ReplaceAll(raw, []byte(shippedProfile), []byte(profilePath)), 0o644)
 }
 
 // registry is the set of plugins gleaner-scheduler registers (pkg/scheduler).
