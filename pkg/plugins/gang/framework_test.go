@@ -120,6 +120,7 @@ func (a *activations) get() []string {
 }
 
 type gangEnv struct {
+	client    *fake.Clientset
 	fw        framework.Framework
 	gang      *Gang
 	clock     *clocktesting.FakeClock
@@ -149,7 +150,7 @@ func newGangEnv(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods, assumed
 	for _, pg := range groups {
 		pgObjs = append(pgObjs, pg)
 	}
-	env := &gangEnv{clock: clocktesting.NewFakeClock(start), activated: &activations{}}
+	env := &gangEnv{client: client, clock: clocktesting.NewFakeClock(start), activated: &activations{}}
 	factory := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		var args Args
 		args.Default()
@@ -261,6 +262,42 @@ func TestFrameworkPermitReleasesTheGroupTogether(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting member is still waiting after the group completed")
+	}
+}
+
+// Permit finds the members earlier cycles assumed on the nodes they were
+// assumed on (not by scanning every pod of the cluster), and forgets each
+// once it is seen bound.
+func TestFrameworkPermitCountsMembersWhereTheyWereAssumed(t *testing.T) {
+	m1, m2, m3 := member("m1", "g", "n1"), member("m2", "g", "n2"), member("m3", "g", "")
+	others := []*v1.Pod{member("x1", "other", "n1"), member("x2", "other", "n2"), member("solo", "", "n3")}
+	env := newGangEnv(t, []*schedv1alpha1.PodGroup{podGroup("g", 3, 30), podGroup("other", 3, 30)},
+		append([]*v1.Pod{unbound(m1), unbound(m2), m3}, others...), append([]*v1.Pod{m1, m2}, others...))
+	ctx := context.Background()
+	for _, p := range []*v1.Pod{m1, m2} {
+		if _, st := env.permit(p, p.Spec.NodeName); st.Code() != fwk.Wait {
+			t.Fatalf("Permit for %s = %v, want Wait", p.Name, st)
+		}
+	}
+	if _, st := env.permit(m3, "n3"); !st.IsSuccess() {
+		t.Fatalf("Permit for the third member = %v, want Success: m1 and m2 are assumed", st)
+	}
+	if _, err := env.client.CoreV1().Pods("research").Update(ctx, m1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, still := env.gang.assumedOn.Load(m1.UID); still; _, still = env.gang.assumedOn.Load(m1.UID) {
+		if time.Now().After(deadline) {
+			t.Fatal("m1 is remembered as assumed after it was seen bound")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := env.gang.assumedOn.Load(m2.UID); !ok {
+		t.Error("m2, assumed and not yet bound, was forgotten")
+	}
+	env.fw.RunReservePluginsUnreserve(ctx, framework.NewCycleState(), m2, "n2")
+	if _, ok := env.gang.assumedOn.Load(m2.UID); ok {
+		t.Error("m2 is remembered as assumed after Unreserve")
 	}
 }
 

@@ -73,6 +73,11 @@ type Gang struct {
 	timeout time.Duration
 	clock   clock.WithDelayedExecution
 
+	// assumedOn holds, per member this scheduler assumed and that is not yet
+	// seen bound (types.UID), the node it was assumed on: where Permit looks
+	// for it in the snapshot, instead of among every pod of every node.
+	assumedOn sync.Map
+
 	mu sync.Mutex
 	// backoff holds, per namespace/group, when a timed-out group may try again.
 	backoff map[string]time.Time
@@ -142,6 +147,31 @@ func newWithClient(ctx context.Context, args Args, h fwk.Handle, client pgclient
 		timeout: time.Duration(*args.DefaultTimeoutSeconds) * time.Second,
 		clock:   clk,
 		backoff: map[string]time.Time{},
+	}
+	// A member seen bound, or gone, is no longer only assumed.
+	if _, err := pods.AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj interface{}) bool {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			p, ok := obj.(*v1.Pod)
+			return ok && groupOf(p) != ""
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, obj interface{}) {
+				if p := obj.(*v1.Pod); p.Spec.NodeName != "" {
+					g.assumedOn.Delete(p.UID)
+				}
+			},
+			DeleteFunc: func(obj interface{}) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				g.assumedOn.Delete(obj.(*v1.Pod).UID)
+			},
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
 	}
 	// A PodGroup appearing or changing is not an event the scheduler watches
 	// (that would need its dynamic informer, which blocks start-up until the CRD
@@ -262,6 +292,9 @@ func (g *Gang) Permit(ctx context.Context, state fwk.CycleState, pod *v1.Pod, no
 	if name == "" {
 		return nil, 0
 	}
+	// The pod is assumed on nodeName from here until it is seen bound, or
+	// Unreserve forgets it.
+	g.assumedOn.Store(pod.UID, nodeName)
 	pg, err := g.groups.PodGroups(pod.Namespace).Get(name)
 	if err != nil {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s/%s", ErrReasonNoPodGroup, pod.Namespace, name)), 0
@@ -300,24 +333,44 @@ func (g *Gang) Permit(ctx context.Context, state fwk.CycleState, pod *v1.Pod, no
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d more members of pod group %s", int(pg.Spec.MinMember)-placed-1, name)), timeout
 }
 
-// placedMembers counts other members already bound or assumed (waiting at
-// Permit), from the scheduler's snapshot.
+// placedMembers counts the other members already bound or assumed (waiting
+// at Permit, or allowed and binding), as the scheduler's snapshot holds them.
+// It looks at the group's members only: bound ones from the informer, assumed
+// ones on the node Permit saw them assumed on. Every member assumed by this
+// scheduler passed Permit first, since scheduling cycles run one at a time.
 func (g *Gang) placedMembers(pod *v1.Pod) (int, error) {
-	nodes, err := g.handle.SnapshotSharedLister().NodeInfos().List()
+	members, err := g.members(pod.Namespace, groupOf(pod))
 	if err != nil {
 		return 0, err
 	}
-	name := groupOf(pod)
 	n := 0
-	for _, ni := range nodes {
-		for _, pi := range ni.GetPods() {
-			p := pi.GetPod()
-			if p.UID != pod.UID && p.Namespace == pod.Namespace && groupOf(p) == name && p.DeletionTimestamp == nil {
-				n++
-			}
+	for _, m := range members {
+		if m.UID == pod.UID || m.DeletionTimestamp != nil {
+			continue
+		}
+		if m.Spec.NodeName != "" {
+			n++
+			continue
+		}
+		if node, ok := g.assumedOn.Load(m.UID); ok && g.inSnapshot(node.(string), m.UID) {
+			n++
 		}
 	}
 	return n, nil
+}
+
+// inSnapshot reports whether the pod with uid is on node in the cycle's snapshot.
+func (g *Gang) inSnapshot(node string, uid types.UID) bool {
+	ni, err := g.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil {
+		return false // the node is gone, and the pod with it
+	}
+	for _, pi := range ni.GetPods() {
+		if pi.GetPod().UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // Reserve has nothing to do; Unreserve is where a failed member takes the rest down.
@@ -331,6 +384,7 @@ func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ s
 	if name == "" {
 		return
 	}
+	g.assumedOn.Delete(pod.UID)
 	backoff := g.timeout
 	if pg, err := g.groups.PodGroups(pod.Namespace).Get(name); err == nil && pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
 		backoff = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
