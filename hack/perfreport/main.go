@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -166,11 +167,14 @@ func report(runs map[string]*run) []string {
 	return lines
 }
 
+// ratio is a/b to the two decimals the report prints, which is also what a
+// goal is judged on: "= 1.00 ... NOT met" would say two things at once, and
+// no run here is steadier than that.
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}
-	return a / b
+	return math.Round(a/b*100) / 100
 }
 
 func met(ok bool) string {

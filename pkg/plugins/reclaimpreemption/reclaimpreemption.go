@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -300,6 +301,9 @@ func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.
 // withWholeGangs adds the running members of every gang that has a pod in
 // victims and would fall below its quorum without them.
 func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
+	if !slices.ContainsFunc(victims, func(p *v1.Pod) bool { return p.Labels[api.LabelPodGroup] != "" }) {
+		return victims // no gang: nothing to add (this runs for every node the dry run tries)
+	}
 	chosen := make(map[types.UID]bool, len(victims))
 	for _, p := range victims {
 		chosen[p.UID] = true
