@@ -327,7 +327,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Before the first round, so that pods placed before a restart are not
 	// placed again in their jobs' timelines (retried each round if it fails).
 	restoreCtx, cancelRestore := context.WithTimeout(ctx, c.cfg.Heartbeat.Timeout)
-	if err := c.status.restore(restoreCtx); err != nil {
+	if err := c.status.restore(restoreCtx, c.planner); err != nil {
 		logger.Error(err, "Reading back the published status; retrying each round")
 	}
 	cancelRestore()

@@ -84,9 +84,10 @@ type written struct {
 	seconds int64
 }
 
-// restore reads back the published GPUPool (its history) and every
-// HarvestReport (totals and jobs), once: a restart forgets nothing.
-func (p *publisher) restore(ctx context.Context) error {
+// restore reads back the published GPUPool (its history, and the planner's
+// record of its availability forecasts) and every HarvestReport (totals and
+// jobs), once: a restart forgets nothing.
+func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 	if p.restored || p.disabled || p.cfg.Client == nil {
 		return nil
 	}
@@ -104,6 +105,9 @@ func (p *publisher) restore(ctx context.Context) error {
 			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history starts afresh", "pool", p.cfg.PoolName)
 		} else {
 			p.history.Restore(gp.Status.History)
+			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.Survival)); err != nil {
+				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
+			}
 		}
 	}
 	list, err := p.cfg.Client.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
@@ -139,7 +143,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	if p.cfg.Client == nil || p.disabled {
 		return nil
 	}
-	if err := p.restore(ctx); err != nil || p.disabled {
+	if err := p.restore(ctx, planner); err != nil || p.disabled {
 		return errorsOf(err)
 	}
 	var errs []error
@@ -150,6 +154,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	}
 	pool.History, pool.Outlook = p.history.Samples(), p.outlook
 	pool.HarvestedGPUSeconds, pool.Price = p.ledger.HarvestedGPUSeconds(), p.cfg.Price
+	pool.Survival = status.Survival(planner.Survival())
 	if p.due(p.pool, now, !samePool(p.pool.content, pool)) {
 		if err := p.apply(ctx, v1alpha1.GPUPoolResource, "", p.cfg.PoolName, "GPUPool", &pool); err != nil {
 			errs = append(errs, err)

@@ -1,6 +1,8 @@
 package round
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -278,4 +280,76 @@ func (p *Planner) Calibration() [len(SurvivalHorizons)][]CalibrationBucket {
 		}
 	}
 	return out
+}
+
+// SurvivalCount is what the planner learned for one range of For: how many
+// GPUs were given a forecast in it and, of them, how many kept being lent,
+// for each of SurvivalHorizons (a forecast counts once judged at that span).
+type SurvivalCount struct {
+	// ForUpTo is the range's upper end; 0 for forecasts not within
+	// AvailabilityHorizon.
+	ForUpTo  time.Duration
+	Given    [len(SurvivalHorizons)]int64
+	Survived [len(SurvivalHorizons)]int64
+}
+
+// maxSurvivalGPUs bounds a restored count: a year of 100,000 GPUs judged
+// every AvailabilityEvery is under 2^40.
+const maxSurvivalGPUs = 1 << 40
+
+// Survival is what the planner learned of its availability forecasts, one
+// count per range of For that holds any: what a restart must not forget.
+func (p *Planner) Survival() []SurvivalCount {
+	var out []SurvivalCount
+	for b := range p.avail.seen {
+		c := SurvivalCount{}
+		if b < len(forBuckets) {
+			c.ForUpTo = forBuckets[b]
+		}
+		for h := range SurvivalHorizons {
+			s := p.avail.seen[b][h]
+			c.Given[h], c.Survived[h] = int64(math.Round(s.gpus)), int64(math.Round(s.survived))
+		}
+		if c.Given != [len(SurvivalHorizons)]int64{} {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// RestoreSurvival adds counts read back after a restart to what the planner
+// learned since. A record with a range the planner does not know, a count
+// out of bounds or more survived than given is refused whole, and nothing of
+// it is added.
+func (p *Planner) RestoreSurvival(counts []SurvivalCount) error {
+	buckets := map[int]bool{}
+	for _, c := range counts {
+		b := len(forBuckets)
+		if c.ForUpTo != 0 {
+			b = slices.Index(forBuckets[:], c.ForUpTo)
+			if b < 0 {
+				return fmt.Errorf("survival record: no range ends at %v", c.ForUpTo)
+			}
+		}
+		if buckets[b] {
+			return fmt.Errorf("survival record: the range up to %v is there twice", c.ForUpTo)
+		}
+		buckets[b] = true
+		for h, span := range SurvivalHorizons {
+			if c.Given[h] < 0 || c.Given[h] > maxSurvivalGPUs || c.Survived[h] < 0 || c.Survived[h] > c.Given[h] {
+				return fmt.Errorf("survival record: up to %v over %v, %d survived of %d given", c.ForUpTo, span, c.Survived[h], c.Given[h])
+			}
+		}
+	}
+	for _, c := range counts {
+		b := len(forBuckets)
+		if c.ForUpTo != 0 {
+			b = slices.Index(forBuckets[:], c.ForUpTo)
+		}
+		for h := range SurvivalHorizons {
+			p.avail.seen[b][h].gpus += float64(c.Given[h])
+			p.avail.seen[b][h].survived += float64(c.Survived[h])
+		}
+	}
+	return nil
 }

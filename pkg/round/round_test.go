@@ -405,6 +405,50 @@ func TestAvailability(t *testing.T) {
 	}
 }
 
+// What the planner learned of its availability forecasts is what a restart
+// reads back (the controller publishes it on the GPUPool): a planner that
+// takes it back gives the same probabilities; a record that does not add up
+// is refused whole.
+func TestSurvivalRecordOutlivesARestart(t *testing.T) {
+	p := New(Config{})
+	p.avail.seen[forBucket(2*time.Hour)][0] = struct{ gpus, survived float64 }{800, 760}
+	p.avail.seen[forBucket(2*time.Hour)][1] = struct{ gpus, survived float64 }{800, 200}
+	p.avail.seen[forBucket(AvailabilityHorizon)][1] = struct{ gpus, survived float64 }{96, 90}
+	record := p.Survival()
+	if len(record) != 2 || record[0].ForUpTo != 2*time.Hour || record[1].ForUpTo != 0 || record[0].Given != [2]int64{800, 800} || record[0].Survived != [2]int64{760, 200} {
+		t.Fatalf("record %+v", record)
+	}
+	q := New(Config{})
+	if err := q.RestoreSurvival(record); err != nil {
+		t.Fatal(err)
+	}
+	for b := range q.avail.seen {
+		for h := range SurvivalHorizons {
+			for _, f := range []time.Duration{time.Minute, AvailabilityHorizon} {
+				if got, want := q.avail.survival(b, h, f), p.avail.survival(b, h, f); got != want {
+					t.Errorf("range %d, horizon %d, forecast %v: %.4f after the restart, %.4f before", b, h, f, got, want)
+				}
+			}
+		}
+	}
+	for _, bad := range [][]SurvivalCount{
+		{{ForUpTo: 45 * time.Minute, Given: [2]int64{1, 1}}},
+		{{ForUpTo: time.Hour, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
+		{{ForUpTo: time.Hour, Given: [2]int64{-1, 0}}},
+		{{ForUpTo: time.Hour, Given: [2]int64{maxSurvivalGPUs + 1, 0}}},
+		{{ForUpTo: time.Hour, Given: [2]int64{1, 1}}, {ForUpTo: time.Hour, Given: [2]int64{1, 1}}},
+		{{ForUpTo: time.Hour, Given: [2]int64{5, 5}}, {ForUpTo: -time.Second}},
+	} {
+		fresh := New(Config{})
+		if err := fresh.RestoreSurvival(bad); err == nil {
+			t.Errorf("%+v was taken back", bad)
+		}
+		if got := fresh.Survival(); len(got) != 0 {
+			t.Errorf("%+v was refused, yet %+v was kept", bad, got)
+		}
+	}
+}
+
 // Harvest windows that close in two hours make that the node's time, and
 // its survival over four hours certain: none.
 func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {

@@ -107,6 +107,28 @@ func Outlook(points []round.OutlookPoint) []v1alpha1.OutlookPoint {
 	return out
 }
 
+// Survival is the planner's record of its availability forecasts as the
+// GPUPool publishes it.
+func Survival(counts []round.SurvivalCount) []v1alpha1.SurvivalRecord {
+	out := make([]v1alpha1.SurvivalRecord, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, v1alpha1.SurvivalRecord{ForUpToSeconds: int64(c.ForUpTo / time.Second),
+			Given1h: c.Given[0], Survived1h: c.Survived[0], Given4h: c.Given[1], Survived4h: c.Survived[1]})
+	}
+	return out
+}
+
+// SurvivalFrom reads a published record back, for the planner to check and
+// take back (round.Planner.RestoreSurvival).
+func SurvivalFrom(records []v1alpha1.SurvivalRecord) []round.SurvivalCount {
+	out := make([]round.SurvivalCount, 0, len(records))
+	for _, r := range records {
+		out = append(out, round.SurvivalCount{ForUpTo: time.Duration(min(max(r.ForUpToSeconds, -1), 1<<32)) * time.Second,
+			Given: [2]int64{r.Given1h, r.Given4h}, Survived: [2]int64{r.Survived1h, r.Survived4h}})
+	}
+	return out
+}
+
 // ParsePrice reads a GPU-hour price and its currency, as an admin sets them:
 // a non-negative decimal, and a currency of 1 to 8 letters.
 func ParsePrice(perGPUHour, currency string) (*v1alpha1.Price, error) {

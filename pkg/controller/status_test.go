@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/status"
+)
+
+// A restarted controller reads back the survival record it published on the
+// GPUPool, so the probabilities on the nodes keep their record; a record that
+// does not add up is refused, and the rest of the pool is still restored.
+func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		record []v1alpha1.SurvivalRecord
+		want   int // counts the planner holds after the restore
+	}{
+		{"its own record", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2},
+		{"more survived than given", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 8, Survived1h: 9}}, 0},
+		{"a range it does not know", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 2700, Given1h: 8}}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
+				ObjectMeta: metav1.ObjectMeta{Name: "inference"},
+				Status: v1alpha1.GPUPoolStatus{Survival: tt.record,
+					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Inference: 4, Lent: 2}}}}
+			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+				v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"}, &unstructured.Unstructured{Object: content})
+			cfg := StatusConfig{Client: client}
+			cfg.defaults()
+			p := &publisher{cfg: cfg, ledger: &status.Ledger{}}
+			planner := round.New(round.Config{})
+			if err := p.restore(context.Background(), planner); err != nil {
+				t.Fatal(err)
+			}
+			got := planner.Survival()
+			if len(got) != tt.want {
+				t.Fatalf("the planner holds %+v after the restore, want %d counts", got, tt.want)
+			}
+			if tt.want > 0 {
+				if back := status.Survival(got); back[0] != tt.record[0] || back[1] != tt.record[1] {
+					t.Errorf("restored %+v, published %+v", back, tt.record)
+				}
+			}
+			if len(p.history.Samples()) != 1 {
+				t.Error("the pool's history was not restored with it")
+			}
+		})
+	}
+}
