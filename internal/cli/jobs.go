@@ -91,6 +91,10 @@ func (j *jobsOptions) list(ctx context.Context, c *clients) error {
 			}
 		}
 		w.Stop()
+		select { // a watch that keeps ending at once must not spin
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 	return nil
 }
