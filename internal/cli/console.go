@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/version"
@@ -91,7 +92,12 @@ func (c *consoleOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--address %s --port %d: %w", c.address, c.port, err)
 	}
-	srv := &http.Server{Handler: (&console{clients: cl, pool: c.pool, namespaces: namespaces, now: c.now}).handler(), ReadHeaderTimeout: 10 * time.Second}
+	con := &console{clients: cl, pool: c.pool, namespaces: namespaces, now: c.now}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() { defer close(watching); con.watch(watchCtx) }()
+	defer func() { stopWatching(); <-watching }()
+	srv := &http.Server{Handler: con.handler(), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.streams.Out, "Gleaner console for namespace %s: http://%s/\n", strings.Join(namespaces, ", "), ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -132,6 +138,7 @@ type console struct {
 	pool       string
 	namespaces []string
 	now        func() time.Time
+	changes    changes
 }
 
 // namespace is the namespace a request asks for (?namespace=, the first
@@ -188,6 +195,18 @@ type jobView struct {
 }
 
 func (c *console) view(ctx context.Context, ns string) (view, error) {
+	if v, ok := c.changes.view(ns); ok {
+		return v, nil
+	}
+	v, err := c.read(ctx, ns)
+	if err == nil {
+		c.changes.keep(ns, v)
+	}
+	return v, err
+}
+
+// read reads what the page of namespace ns shows from the cluster.
+func (c *console) read(ctx context.Context, ns string) (view, error) {
 	v := view{Namespace: ns, Namespaces: c.namespaces, Version: version.Version, Now: c.now()}
 	pool, err := c.clients.pool(ctx, c.pool)
 	if err != nil {
@@ -269,8 +288,125 @@ func (c *console) job(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// events tells the page when what it shows changed (server-sent events):
-// it watches the GPUPool and the namespace's HarvestReport, and sends
+// maxStreams bounds the pages open on one console at a time: each holds a
+// connection, and the console may be exposed to many.
+const maxStreams = 200
+
+// changes tells the open pages when what they show changed. It watches the
+// GPUPool and each served namespace's HarvestReport once, however many pages
+// are open (watch), so a crowd of pages costs the API server nothing more.
+type changes struct {
+	// max bounds the open pages; 0 for maxStreams.
+	max  int
+	mu   sync.Mutex
+	subs map[chan struct{}]string // each open page's channel, and its namespace
+	// views are the views rendered in the last second, by namespace: pages
+	// that refresh together read the cluster once. A change drops them.
+	views map[string]cachedView
+}
+
+type cachedView struct {
+	at time.Time
+	v  view
+}
+
+// subscribe opens a page's channel for namespace ns; false when the most
+// pages allowed are open already.
+func (h *changes) subscribe(ns string) (chan struct{}, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs == nil {
+		h.subs = map[chan struct{}]string{}
+	}
+	if limit := cmp.Or(h.max, maxStreams); len(h.subs) >= limit {
+		return nil, false
+	}
+	ch := make(chan struct{}, 1)
+	h.subs[ch] = ns
+	return ch, true
+}
+
+func (h *changes) unsubscribe(ch chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, ch)
+}
+
+// changed tells the pages of namespace ns, or every page when ns is "" (the
+// pool), that what they show changed.
+func (h *changes) changed(ns string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch, sub := range h.subs {
+		if ns == "" || sub == ns {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if ns == "" {
+		clear(h.views)
+	} else {
+		delete(h.views, ns)
+	}
+}
+
+// view is the view of namespace ns rendered within the last second, if any.
+func (h *changes) view(ns string) (view, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.views[ns]
+	return c.v, ok && time.Since(c.at) < time.Second
+}
+
+func (h *changes) keep(ns string, v view) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.views == nil {
+		h.views = map[string]cachedView{}
+	}
+	h.views[ns] = cachedView{at: time.Now(), v: v}
+}
+
+// watch watches the GPUPool and every served namespace's HarvestReport until
+// ctx ends, watching again when a watch ends (after 5 s when it failed).
+func (c *console) watch(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	targets := map[string]dynamic.ResourceInterface{"": c.clients.dynamic.Resource(v1alpha1.GPUPoolResource)}
+	for _, ns := range c.namespaces {
+		targets[ns] = c.clients.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(ns)
+	}
+	for ns, ri := range targets {
+		name := c.pool
+		if ns != "" {
+			name = v1alpha1.HarvestReportName
+		}
+		wg.Go(func() {
+			sel := fields.OneTermEqualSelector("metadata.name", name).String()
+			for ctx.Err() == nil {
+				w, err := ri.Watch(ctx, metav1.ListOptions{FieldSelector: sel})
+				if err == nil {
+					for range w.ResultChan() {
+						c.changes.changed(ns)
+					}
+					w.Stop()
+				}
+				wait := time.Second
+				if err != nil {
+					wait = 5 * time.Second
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+				}
+			}
+		})
+	}
+}
+
+// events tells the page when what it shows changed (server-sent events),
 // "changed" at most once a second; the page then fetches /live.
 func (c *console) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
@@ -282,49 +418,13 @@ func (c *console) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	changed, ok := c.changes.subscribe(ns)
+	if !ok {
+		http.Error(w, "too many pages are open on this console; try again later", http.StatusServiceUnavailable)
+		return
+	}
+	defer c.changes.unsubscribe(changed)
 	ctx := r.Context()
-	changed := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	for _, target := range []struct {
-		ns, name string
-		ri       func(string) (watch.Interface, error)
-	}{
-		{"", c.pool, func(sel string) (watch.Interface, error) {
-			return c.clients.dynamic.Resource(v1alpha1.GPUPoolResource).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
-		}},
-		{ns, v1alpha1.HarvestReportName, func(sel string) (watch.Interface, error) {
-			return c.clients.dynamic.Resource(v1alpha1.HarvestReportResource).Namespace(ns).Watch(watchCtx, metav1.ListOptions{FieldSelector: sel})
-		}},
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sel := fields.OneTermEqualSelector("metadata.name", target.name).String()
-			for watchCtx.Err() == nil {
-				wi, err := target.ri(sel)
-				if err != nil {
-					select {
-					case <-watchCtx.Done():
-					case <-time.After(5 * time.Second):
-					}
-					continue
-				}
-				for range wi.ResultChan() {
-					notify()
-				}
-				wi.Stop()
-			}
-		}()
-	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	fmt.Fprint(w, "retry: 2000\n\n")

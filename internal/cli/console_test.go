@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 )
@@ -112,6 +117,119 @@ func TestServedNamespaces(t *testing.T) {
 	for _, bad := range [][]string{{"a", "a"}, {"Research"}, {""}, {"a/b"}} {
 		if _, err := servedNamespaces(bad, "research"); err == nil || !strings.Contains(err.Error(), "--namespaces") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// However many pages are open, the console watches the pool and each served
+// namespace's report once; a change reaches the pages that show it, and no
+// others; past its limit of open pages, a new one is refused rather than
+// costing the API server a watch.
+func TestConsoleWatchesOnceForManyPages(t *testing.T) {
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"})
+	var mu sync.Mutex
+	watchers := map[string]*watch.FakeWatcher{} // by namespace, "" for the pool
+	dyn.PrependWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, twice := watchers[action.GetNamespace()]; twice {
+			t.Errorf("a second watch of %q", action.GetNamespace())
+		}
+		w := watch.NewFakeWithChanSize(10, false)
+		watchers[action.GetNamespace()] = w
+		return true, w, nil
+	})
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	c := &console{clients: &clients{dynamic: dyn, kube: kubefake.NewClientset(), namespace: "research"}, pool: "inference",
+		namespaces: []string{"research", "vision"}, now: func() time.Time { return now }, changes: changes{max: 4}}
+	ctx, cancel := context.WithCancel(context.Background())
+	watching := make(chan struct{})
+	go func() { defer close(watching); c.watch(ctx) }()
+	defer func() {
+		cancel()
+		mu.Lock()
+		for _, w := range watchers { // a real watch ends with its context; these fakes do not
+			w.Stop()
+		}
+		mu.Unlock()
+		<-watching
+	}()
+	srv := httptest.NewServer(c.handler())
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+
+	type page struct{ events chan string }
+	open := func(ns string) (*page, int) {
+		res, err := http.Get(srv.URL + "/events?namespace=" + ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK {
+			res.Body.Close()
+			return nil, res.StatusCode
+		}
+		p := &page{events: make(chan string, 10)}
+		go func() {
+			defer res.Body.Close()
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "event: ") {
+					p.events <- strings.TrimPrefix(sc.Text(), "event: ")
+				}
+			}
+		}()
+		return p, res.StatusCode
+	}
+	var research, vision []*page
+	for range 3 {
+		p, _ := open("research")
+		research = append(research, p)
+	}
+	v, _ := open("vision")
+	vision = append(vision, v)
+	if _, code := open("research"); code != http.StatusServiceUnavailable {
+		t.Errorf("a fifth page on a console for four: %d, want 503", code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(watchers)
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watches, want the pool's and two reports'", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := func(p *page) bool {
+		select {
+		case <-p.events:
+			return true
+		case <-time.After(300 * time.Millisecond):
+			return false
+		}
+	}
+	mu.Lock()
+	watchers["research"].Modify(&unstructured.Unstructured{Object: map[string]any{"kind": "HarvestReport"}})
+	mu.Unlock()
+	for i, p := range research {
+		if !got(p) {
+			t.Errorf("research page %d did not hear its report change", i)
+		}
+	}
+	if got(vision[0]) {
+		t.Error("vision's page heard research's report change")
+	}
+	time.Sleep(time.Second) // each page hears at most one change a second
+	mu.Lock()
+	watchers[""].Modify(&unstructured.Unstructured{Object: map[string]any{"kind": "GPUPool"}})
+	mu.Unlock()
+	for i, p := range append(research, vision...) {
+		if !got(p) {
+			t.Errorf("page %d did not hear the pool change", i)
 		}
 	}
 }
