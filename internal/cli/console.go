@@ -98,7 +98,11 @@ func (c *consoleOptions) run(ctx context.Context) error {
 	go func() { defer close(watching); con.watch(watchCtx) }()
 	defer func() { stopWatching(); <-watching }()
 	srv := &http.Server{Handler: con.handler(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(c.streams.Out, "Gleaner console for namespace %s: http://%s/\n", strings.Join(namespaces, ", "), ln.Addr())
+	label := "namespace"
+	if len(namespaces) > 1 {
+		label = "namespaces"
+	}
+	fmt.Fprintf(c.streams.Out, "Gleaner console for %s %s: http://%s/\n", label, strings.Join(namespaces, ", "), ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
