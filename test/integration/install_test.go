@@ -1001,23 +1001,12 @@ func (b *syncBuffer) String() string {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
+	out  syncBuffer
 	done chan struct{}
 }
 
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
 // output is everything the process wrote to stdout and stderr.
-func (p *process) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+func (p *process) output() string { return p.out.String() }
 
 func (p *process) exited() bool {
 	select {
@@ -1058,7 +1047,7 @@ func startProcessEnv(t *testing.T, name, binary string, env []string, args ...st
 func startCommand(t *testing.T, name string, cmd *exec.Cmd) *process {
 	t.Helper()
 	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
