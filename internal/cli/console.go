@@ -253,8 +253,13 @@ func (c *console) render(w http.ResponseWriter, r *http.Request, name string) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	write(w, name, v)
+}
+
+// write renders the template name with data as the response.
+func write(w http.ResponseWriter, name string, data any) {
 	var buf bytes.Buffer
-	if err := consoleTemplates.ExecuteTemplate(&buf, name, v); err != nil {
+	if err := consoleTemplates.ExecuteTemplate(&buf, name, data); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -267,29 +272,24 @@ func (c *console) page(w http.ResponseWriter, r *http.Request) { c.render(w, r, 
 
 func (c *console) live(w http.ResponseWriter, r *http.Request) { c.render(w, r, "live") }
 
-// job serves one job's timeline.
+// job serves one job's timeline, from the namespace's view: the timelines a
+// page reopens after each refresh cost the cluster nothing more.
 func (c *console) job(w http.ResponseWriter, r *http.Request) {
 	ns, ok := c.namespace(w, r)
 	if !ok {
 		return
 	}
-	report, err := c.clients.report(r.Context(), ns)
+	v, err := c.view(r.Context(), ns)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	job, err := findJob(report, ns, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
+	job, err := findJob(v.Report, ns, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	var buf bytes.Buffer
-	if err := consoleTemplates.ExecuteTemplate(&buf, "timeline", job); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(buf.Bytes())
+	write(w, "timeline", job)
 }
 
 // maxStreams bounds the pages open on one console at a time: each holds a

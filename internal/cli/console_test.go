@@ -82,7 +82,12 @@ func TestConsoleRenders(t *testing.T) {
 			t.Errorf("the page lacks %s", want)
 		}
 	}
+	// A timeline is read from the view just rendered, not from the cluster again.
+	before := len(dyn.Actions())
 	timeline, _ := get("/job?kind=Pod&name=x")
+	if n := len(dyn.Actions()) - before; n != 0 {
+		t.Errorf("a timeline opened right after the page read the cluster %d more times", n)
+	}
 	if strings.Contains(timeline, "<script>") || !strings.Contains(timeline, "&lt;script&gt;") {
 		t.Errorf("a tenant's message is not escaped: %s", timeline)
 	}
