@@ -286,14 +286,21 @@ func TestInstall(t *testing.T) {
 			{"an ordinary pod sent to gleaner-scheduler", pod("vap-tenant", "", api.SchedulerName, 30), "use priorityClassName gleaner-best-effort"},
 			{"an ordinary pod on the default scheduler", pod("vap-tenant", "", "", 3600), ""},
 		}
-		for _, tt := range tests {
-			var err error
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				_, err = cp.client.CoreV1().Pods(tt.pod.Namespace).Create(ctx, tt.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-				if tt.deny == "" || err != nil || time.Now().After(deadline) {
-					break // a denial may wait for the policy to load; an allowance may not
-				}
+		// try, once when it is to be allowed; when it is to be denied, again
+		// until it is or 20 s pass, since each policy takes effect once the
+		// API server has loaded it (each apart). An allowance may not wait.
+		try := func(deny bool, write func() error) error {
+			err := write()
+			for deadline := time.Now().Add(20 * time.Second); deny && err == nil && time.Now().Before(deadline); err = write() {
+				time.Sleep(200 * time.Millisecond)
 			}
+			return err
+		}
+		for _, tt := range tests {
+			err := try(tt.deny != "", func() error {
+				_, err := cp.client.CoreV1().Pods(tt.pod.Namespace).Create(ctx, tt.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				return err
+			})
 			switch {
 			case tt.deny == "" && err != nil:
 				t.Errorf("%s: denied: %v", tt.name, err)
@@ -312,8 +319,10 @@ func TestInstall(t *testing.T) {
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + api.SystemNamespace, "system:authenticated"},
 		}
 		controllerClient := kubernetes.NewForConfigOrDie(impersonated)
+		// Dry runs: a patch let through before its policy loaded must not
+		// land, or every retry of it would change nothing and be allowed.
 		patch := func(body string) error {
-			_, err := controllerClient.CoreV1().Nodes().Patch(ctx, "vap-node", types.MergePatchType, []byte(body), metav1.PatchOptions{})
+			_, err := controllerClient.CoreV1().Nodes().Patch(ctx, "vap-node", types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}
 		if err := patch(`{"metadata":{"labels":{"gleaner.dev/harvest":"open"},"annotations":{"gleaner.dev/harvestable-gpus":"8","gleaner.dev/availability":"for=1h0m0s,survive-1h=0.50,survive-4h=0.10"}}}`); err != nil {
@@ -324,10 +333,7 @@ func TestInstall(t *testing.T) {
 			`{"metadata":{"labels":{"gleaner.dev/pool":null}}}`,
 			`{"spec":{"unschedulable":true}}`,
 		} {
-			err := patch(body)
-			for deadline := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(deadline); err = patch(body) {
-				time.Sleep(200 * time.Millisecond) // the policy may not be loaded yet
-			}
+			err := try(true, func() error { return patch(body) })
 			if err == nil || !strings.Contains(err.Error(), "gleaner-controller") {
 				t.Errorf("gleaner-controller patching %s: %v, want denied", body, err)
 			}
@@ -342,7 +348,9 @@ func TestInstall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = controllerClient.CoreV1().Pods("vap-tenant").Delete(ctx, p.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			err = try(tt.deny, func() error {
+				return controllerClient.CoreV1().Pods("vap-tenant").Delete(ctx, p.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			})
 			if denied := err != nil && strings.Contains(err.Error(), "deletes only best-effort pods"); denied != tt.deny || (err != nil && !denied) {
 				t.Errorf("gleaner-controller deleting a pod of class %q: %v, want denied %v", tt.class, err, tt.deny)
 			}
@@ -377,13 +385,10 @@ func TestInstall(t *testing.T) {
 			if tt.subresource != "" {
 				subresources = []string{tt.subresource}
 			}
-			var err error
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				_, err = controllerClient.CoreV1().Pods("vap-tenant").Patch(ctx, tt.pod, tt.patchType, []byte(tt.body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, subresources...)
-				if tt.deny == "" || err != nil || time.Now().After(deadline) {
-					break // a denial may wait for its policy to load (each loads apart); an allowance may not
-				}
-			}
+			err := try(tt.deny != "", func() error {
+				_, err := controllerClient.CoreV1().Pods("vap-tenant").Patch(ctx, tt.pod, tt.patchType, []byte(tt.body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, subresources...)
+				return err
+			})
 			switch {
 			case tt.deny == "" && err != nil:
 				t.Errorf("gleaner-controller writing %s: denied: %v", tt.name, err)
@@ -491,6 +496,22 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + api.SystemNamespace},
 	}
 	client := kubernetes.NewForConfigOrDie(impersonated)
+	may := func(verb, group, resource, namespace string) bool {
+		t.Helper()
+		resource, sub, _ := strings.Cut(resource, "/")
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: namespace}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	// The RBAC authorizer sees the new bindings through its informers.
+	eventually(t, 20*time.Second, "the console's bindings to take effect", func(context.Context) (bool, error) {
+		return may("list", "", "pods", served) && may("watch", v1alpha1.Group, "gpupools", ""), nil
+	})
 	for _, c := range []struct {
 		verb, group, resource, namespace string
 		allowed                          bool
@@ -508,16 +529,8 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		{"patch", v1alpha1.Group, "gpupools", "", false},
 		{"list", "", "pods", "", false},
 	} {
-		resource, sub, _ := strings.Cut(c.resource, "/")
-		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: c.verb, Group: c.group, Resource: resource, Subresource: sub, Namespace: c.namespace}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if review.Status.Allowed != c.allowed {
-			t.Errorf("gleaner-console may %s %s in %q: %v, want %v", c.verb, c.resource, c.namespace, review.Status.Allowed, c.allowed)
+		if allowed := may(c.verb, c.group, c.resource, c.namespace); allowed != c.allowed {
+			t.Errorf("gleaner-console may %s %s in %q: %v, want %v", c.verb, c.resource, c.namespace, allowed, c.allowed)
 		}
 	}
 
