@@ -95,20 +95,23 @@ docs:
 # per workload; the data items and the log land in bench/perf/. PERF_LABELS
 # picks workloads by label ("performance"; "short" for a quick check);
 # PERF_COUNT runs everything that many times and reports medians (two cores
-# shared with etcd and the apiserver move one run's figures by 10-15%).
+# shared with etcd and the apiserver move one run's figures by 10-15%);
+# PERF_BENCH picks workloads by name (-test.bench, e.g.
+# 'BenchmarkPerfScheduling/Reclaim_').
 PERF_LABELS ?= performance
 PERF_COUNT ?= 1
+PERF_BENCH ?= BenchmarkPerfScheduling
 PERF_OUT ?= bench/perf
 bench-perf: tools
 	@mkdir -p $(PERF_OUT) bin/perf-logs
 	$(GO) test -c -o $(BIN)/perf.test ./test/perf
 	rm -f $(PERF_OUT)/BenchmarkPerfScheduling_*.json
 	cd test/perf && PATH="$(abspath $(TOOLS)):$$PATH" ARTIFACTS="$(abspath bin/perf-logs)" KUBE_CACHE_MUTATION_DETECTOR=false \
-		$(abspath $(BIN)/perf.test) -test.run='^$$' -test.bench=BenchmarkPerfScheduling -test.benchtime=1x -test.count=$(PERF_COUNT) -test.timeout=600m \
+		$(abspath $(BIN)/perf.test) -test.run='^$$' -test.bench='$(PERF_BENCH)' -test.benchtime=1x -test.count=$(PERF_COUNT) -test.timeout=600m \
 		-perf-scheduling-label-filter=$(PERF_LABELS) -data-items-dir="$(abspath $(PERF_OUT))" \
 		> "$(abspath $(PERF_OUT)/run.log)" 2>&1; rc=$$?; \
 		grep -E '^(--- FAIL|FAIL|panic)' "$(abspath $(PERF_OUT)/run.log)"; \
-		cd ../.. && { echo "# make bench-perf PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $$(free -g | awk '/^Mem/{print $$2}') GiB, $$($(GO) env GOVERSION), $$(date -u +%F)"; \
+		cd ../.. && { echo "# make bench-perf PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) PERF_BENCH='$(PERF_BENCH)' on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $$(free -g | awk '/^Mem/{print $$2}') GiB, $$($(GO) env GOVERSION), $$(date -u +%F)"; \
 		$(GO) run ./hack/perfreport $(PERF_OUT)/BenchmarkPerfScheduling_*.json; } | tee $(PERF_OUT)/report.txt; exit $$rc
 
 # The benchmark's set-up, checked in make test: every workload at 10 nodes
