@@ -103,6 +103,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.OpenAfter, "open-after", f.cfg.Policy.OpenAfter, "How long a node's GPUs must stay spare before they are lent; draining is never delayed. 0 lends at once.")
 	nfs.FlagSet("policy").IntVar(&f.cfg.Policy.OpenAfterBackoff, "open-after-backoff", f.cfg.Policy.OpenAfterBackoff, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.ReclaimLead, "reclaim-lead", f.cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.NoticeHorizon, "notice-horizon", f.cfg.Policy.NoticeHorizon, "Give a reclaim notice (gleaner.dev/reclaim-notice) to the best-effort pods on nodes whose lent GPUs the forecast over this horizon needs, with the time they are expected to be evicted; at least --forecast-horizon, where nodes stop lending.")
 	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	nfs.FlagSet("demand").DurationVar(&f.cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
@@ -203,6 +204,9 @@ func run(args []string) error {
 	}
 	if f.cfg.Policy.ReclaimLead <= 0 {
 		return fmt.Errorf("--reclaim-lead %v: must be positive", f.cfg.Policy.ReclaimLead)
+	}
+	if f.cfg.Policy.NoticeHorizon < f.cfg.Policy.Horizon {
+		return fmt.Errorf("--notice-horizon %v: must be at least --forecast-horizon (%v)", f.cfg.Policy.NoticeHorizon, f.cfg.Policy.Horizon)
 	}
 	if err := validateMetricsFlags(f.cfg.Metrics); err != nil {
 		return err

@@ -38,6 +38,7 @@ current-context: c
 		{[]string{"--scrape-interval", "0s"}, "--scrape-interval 0s"},
 		{[]string{"--scrape-timeout", "10s"}, "--scrape-timeout 10s: must be positive and at most --scrape-interval (5s)"},
 		{[]string{"--reclaim-lead", "0s"}, "--reclaim-lead"},
+		{[]string{"--notice-horizon", "10m"}, "--notice-horizon 10m0s: must be at least --forecast-horizon (15m0s)"},
 		{[]string{"--harvest-windows", "25:00-08:00"}, "--harvest-windows"},
 		{[]string{"--sync-period", "-1s"}, "--sync-period"},
 		{[]string{"--inference-namespace-selector", ""}, "every namespace, tenants' included, would count as inference"},

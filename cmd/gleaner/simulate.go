@@ -193,6 +193,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", cfg.OpenAfterBackoff, "Flap damping: each drain of a node doubles its open-after, up to this multiple of --open-after; 1 for none (gleaner-controller's default).")
 	f.IntVar(&cfg.OpenAfterRelax, "open-after-relax", cfg.OpenAfterRelax, "Diagnostic: a node forgets one doubling of its open-after after this many times it without a drain; 0 for the gate's default (2).")
 	f.DurationVar(&cfg.ReclaimLead, "reclaim-lead", cfg.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them; nodes stop lending at --forecast-horizon. 0 evicts at the horizon (gleaner-controller's default).")
+	f.DurationVar(&cfg.NoticeHorizon, "notice-horizon", cfg.NoticeHorizon, "Give reclaim notices to the pods on nodes whose lent GPUs the forecast over this horizon needs (at least --forecast-horizon; gleaner-controller's default).")
 	f.Float64Var(&cfg.Margin, "headroom-margin", cfg.Margin, "Safety margin on forecast load, as a fraction.")
 	f.StringVar(&cfg.NightlyWindows, "nightly-windows", cfg.NightlyWindows, "Harvest windows (UTC) of the nightly policy.")
 	f.DurationVar(&cfg.ReclaimBudget, "reclaim-budget", 0, "A replica waiting longer for GPUs is over budget; 0 for scrape interval + grace period + 5s.")

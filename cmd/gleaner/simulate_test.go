@@ -27,7 +27,7 @@ func TestSimulateJSON(t *testing.T) {
 			t.Errorf("result %d is policy %v, want %s", i, r["policy"], p)
 		}
 		for _, k := range []string{"idleGpuHours", "harvestedGpuHours", "harvestedFraction", "lostGpuHours", "preemptions",
-			"inferenceWaitSeconds", "inferenceWaitsOverBudget", "jobsCompleted", "savings", "noticedEvictions", "noticeLeadP50Seconds"} {
+			"inferenceWaitSeconds", "inferenceWaitsOverBudget", "jobsCompleted", "savings", "noticedEvictions", "noticeLeadP50Seconds", "noticeFirmLeadP50Seconds"} {
 			if _, ok := r[k].(float64); !ok {
 				t.Errorf("%s: %s is %v, want a number", p, k, r[k])
 			}

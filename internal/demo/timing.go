@@ -83,6 +83,8 @@ func (t timing) controllerFlags() []string {
 		"--sync-period=" + t.scrape.String(),
 		"--forecast-horizon=" + t.horizon.String(),
 		"--reclaim-lead=" + t.reclaimLead.String(),
+		// Notices within the horizon: an hour of demo time is a few seconds.
+		"--notice-horizon=" + t.horizon.String(),
 		"--trend-window=" + t.trendWindow.String(),
 		"--open-after=" + t.openAfter.String(),
 		"--autoscale-stable-window=" + t.stableWindow.String(),

@@ -14,6 +14,12 @@ const DefaultHorizon = 15 * time.Minute
 // only stops lending more.
 const DefaultReclaimLead = 5 * time.Minute
 
+// DefaultNoticeHorizon is how far ahead the forecast warns the pods it will
+// evict (reclaim notices): an hour, the hour-of-week profile's step. A notice
+// costs a job nothing until its time nears (it checkpoints just in time), so
+// it may come long before the horizon, where nodes stop lending.
+const DefaultNoticeHorizon = time.Hour
+
 // DefaultTrendWindow is how much recent history the trend is fitted to.
 const DefaultTrendWindow = 5 * time.Minute
 

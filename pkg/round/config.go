@@ -20,6 +20,12 @@ type Config struct {
 	// evicted (harvest.Gate.JustInTime). Zero means demand.DefaultReclaimLead; a
 	// lead of at least Horizon evicts at the horizon.
 	ReclaimLead time.Duration
+	// NoticeHorizon is how far ahead the forecast warns: the pods on nodes
+	// whose lent GPUs the forecast over it needs get reclaim notices
+	// (Decision.Notices), while nodes stop lending only at Horizon. Zero means
+	// demand.DefaultNoticeHorizon; a horizon shorter than Horizon is Horizon.
+	// Notices are given only with a ReclaimLead shorter than Horizon.
+	NoticeHorizon time.Duration
 	// TrendWindow is the recent history the trend is fitted to. Zero means
 	// demand.DefaultTrendWindow.
 	TrendWindow time.Duration
@@ -67,6 +73,7 @@ func DefaultConfig() Config {
 	return Config{
 		Horizon:              demand.DefaultHorizon,
 		ReclaimLead:          demand.DefaultReclaimLead,
+		NoticeHorizon:        demand.DefaultNoticeHorizon,
 		TrendWindow:          demand.DefaultTrendWindow,
 		Margin:               DefaultMargin,
 		OpenAfter:            DefaultOpenAfter,
@@ -82,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReclaimLead <= 0 {
 		c.ReclaimLead = demand.DefaultReclaimLead
+	}
+	if c.NoticeHorizon <= 0 {
+		c.NoticeHorizon = demand.DefaultNoticeHorizon
 	}
 	if c.TrendWindow <= 0 {
 		c.TrendWindow = demand.DefaultTrendWindow
@@ -107,6 +117,9 @@ func (c Config) margin() float64 {
 	}
 }
 
+// noticeHorizon is how far ahead notices are given: NoticeHorizon, at least Horizon.
+func (c Config) noticeHorizon() time.Duration { return max(c.NoticeHorizon, c.Horizon) }
+
 // justInTime reports whether evictions wait for the reclaim lead.
 func (c Config) justInTime() bool { return c.ReclaimLead < c.Horizon }
 
@@ -118,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("Horizon %v: must not be negative", c.Horizon)
 	case c.ReclaimLead < 0:
 		return fmt.Errorf("ReclaimLead %v: must not be negative", c.ReclaimLead)
+	case c.NoticeHorizon < 0:
+		return fmt.Errorf("NoticeHorizon %v: must not be negative", c.NoticeHorizon)
 	case c.TrendWindow < 0:
 		return fmt.Errorf("TrendWindow %v: must not be negative", c.TrendWindow)
 	case c.OpenAfter < 0:

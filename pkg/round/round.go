@@ -18,6 +18,7 @@ package round
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -87,9 +88,9 @@ type Decision struct {
 	// makes the choice again: call reclaim.Take with Reclaims and Candidates.
 	Candidates []reclaim.Candidate
 	Victims    []reclaim.Candidate
-	// Notices are the best-effort pods that the forecast over the horizon
-	// will have evicted, though not in this round (the reclaim lead defers
-	// them), each with when its eviction is expected: the warning a job gets
+	// Notices are the best-effort pods that the forecast over the notice
+	// horizon will have evicted, though not in this round (the reclaim lead
+	// defers them), each with when its eviction is expected: the warning a job gets
 	// to checkpoint first. Only with a ReclaimLead shorter than the Horizon,
 	// and not WithoutNotices. A pod noticed earlier is not evicted before its
 	// notice's time unless inference already needs its node's GPUs.
@@ -201,8 +202,9 @@ func (p *Planner) Config() Config { return p.cfg }
 //	           Gate.JustInTime(verdicts, MakePlan(nodes, soon.Spare of every service))
 //	victims  = reclaim.Take(every node's ReclaimGPUs), without the pods held
 //	           to an earlier notice's time (holdNoticed)
-//	notices  = reclaim.Take(the horizon's ReclaimGPUs) but the victims, each
-//	           with when a later round is expected to evict it (notices)
+//	notices  = reclaim.Take(the ReclaimGPUs over the notice horizon, at
+//	           least the horizon's) but the victims, each with when a later
+//	           round is expected to evict it (notices)
 //	scale    = autoscale.Desired(never below the forecast's replicas)
 func (p *Planner) Plan(obs Observation) Decision {
 	now := obs.Now
@@ -219,10 +221,11 @@ func (p *Planner) Plan(obs Observation) Decision {
 		soonPlan := harvest.MakePlan(obs.Nodes, soon)
 		d.Plan = p.gate.JustInTime(now, d.Plan, soonPlan)
 		lead = leadPlan{soon, soonPlan}
+		horizon = p.warnPlan(obs, d.Services, horizon)
 	}
 
-	// Nodes owing GPUs now, and those the horizon's forecast will have owe
-	// more (deferred by the reclaim lead): their pods get notices.
+	// Nodes owing GPUs now, and those the forecast over the notice horizon
+	// will have owe more (deferred by the reclaim lead): their pods get notices.
 	var owing map[string]bool
 	var deferred []reclaim.Owed
 	for _, n := range obs.Nodes {
@@ -432,27 +435,71 @@ func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
 	}
 }
 
-// noticeStep is how finely the expected eviction times of notices are found:
-// a minute, or a tenth of the time between the lead and the horizon when that
-// is shorter (at least a second).
+// noticeStep is how finely the expected eviction times of notices are found
+// within the horizon: a minute, or a tenth of the time between the lead and
+// the horizon when that is shorter (at least a second).
 func (c Config) noticeStep() time.Duration {
 	return max(time.Second, min(time.Minute, (c.Horizon-c.ReclaimLead)/10))
 }
 
-// notices warns the pods the horizon's forecast will have evicted from the
-// deferred nodes but this round does not evict. A node's pods are expected
-// to go at the first later round (in steps of noticeStep, as far as the
-// horizon allows) whose forecast over the reclaim lead needs more of its lent
-// GPUs than this round does; by the horizon's end at the latest.
+// noticeFarStep is how finely they are found beyond the horizon, out to the
+// notice horizon: a time half an hour away needs no minute's precision.
+const noticeFarStep = 5 * time.Minute
+
+// noticeStepAt is the step an expected eviction time d after now is found
+// to, and by which it must move before a given notice's time changes.
+func (c Config) noticeStepAt(d time.Duration) time.Duration {
+	if d <= c.Horizon-c.ReclaimLead {
+		return c.noticeStep()
+	}
+	return max(c.noticeStep(), noticeFarStep)
+}
+
+// warnPlan is the plan over the notice horizon, where it is longer than the
+// horizon: the horizon's plan, but for the nodes whose lent GPUs the forecast
+// over the notice horizon needs more of. Nodes stop lending only at the
+// horizon; their pods are warned earlier.
+func (p *Planner) warnPlan(obs Observation, services []ServiceDecision, horizon harvest.Plan) harvest.Plan {
+	if p.cfg.noticeHorizon() <= p.cfg.Horizon {
+		return horizon
+	}
+	far := harvest.MakePlan(obs.Nodes, headroomFor(services, func(s ServiceDecision) float64 {
+		return demand.PeakForecast(obs.Now, s.load, p.cfg.noticeHorizon(), s.trend, s.profile).Peak
+	}))
+	var out harvest.Plan
+	for name, np := range far.Nodes {
+		if np.ReclaimGPUs <= horizon.Nodes[name].ReclaimGPUs {
+			continue
+		}
+		if out.Nodes == nil {
+			out = harvest.Plan{Nodes: maps.Clone(horizon.Nodes), HeadroomFor: maps.Clone(horizon.HeadroomFor), Unplaced: horizon.Unplaced}
+			if out.HeadroomFor == nil {
+				out.HeadroomFor = map[string][]string{}
+			}
+		}
+		out.Nodes[name], out.HeadroomFor[name] = np, far.HeadroomFor[name]
+	}
+	if out.Nodes == nil {
+		return horizon
+	}
+	return out
+}
+
+// notices warns the pods the notice horizon's forecast will have evicted
+// from the deferred nodes but this round does not evict. A node's pods are
+// expected to go at the first later round (in steps of noticeStepAt, as far
+// as the notice horizon allows) whose forecast over the reclaim lead needs
+// more of its lent GPUs than this round does; by the notice horizon's end at
+// the latest.
 func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lead leadPlan, deferred []reclaim.Owed) []Notice {
 	now := obs.Now
-	latest := now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
+	span := p.cfg.noticeHorizon() - p.cfg.ReclaimLead
+	latest := now.Add(span)
 	at := make(map[string]time.Time, len(deferred))
-	step0 := p.cfg.noticeStep()
 	// A later forecast that asks for the headroom of one already planned has
 	// the same plan: start from this round's over the lead.
 	headroom, later := lead.headroom, lead.plan
-	for step := step0; len(at) < len(deferred) && step <= p.cfg.Horizon-p.cfg.ReclaimLead; step += step0 {
+	for step := p.cfg.noticeStep(); len(at) < len(deferred) && step <= span; step += p.cfg.noticeStepAt(step) {
 		h := headroomFor(d.Services, func(s ServiceDecision) float64 {
 			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
 		})
@@ -495,7 +542,7 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lea
 	// A time that moved by less than the step it is found to stays as given:
 	// what the pod was told is what holds it (holdNoticed).
 	for i := range out {
-		if g, ok := p.noticed[out[i].Pod.UID]; ok && out[i].At.Sub(g.at).Abs() < step0 {
+		if g, ok := p.noticed[out[i].Pod.UID]; ok && out[i].At.Sub(g.at).Abs() < p.cfg.noticeStepAt(g.at.Sub(now)) {
 			out[i].At = g.at
 		}
 	}
@@ -512,6 +559,7 @@ type leadPlan struct {
 // gave, unless inference already needs its node's GPUs (the node owes GPUs
 // to the load now, not only to the forecast over the lead): the node owes
 // that much less for now, and the victims are chosen again without the pod.
+// A time given beyond the horizon is pulled in to the horizon's span.
 // Gang members are not held (a rigid gang goes whole; an elastic one counts
 // every running member toward its quorum). It returns the held pods'
 // notices, which stand.
@@ -539,9 +587,17 @@ func (p *Planner) holdNoticed(obs Observation, d *Decision) []Notice {
 			return held
 		}
 		out := map[*v1.Pod]bool{}
+		// A notice given beyond the horizon holds its pod, once the lead needs
+		// it, no longer than one given within the horizon could: its time is
+		// pulled in, and the pod told so.
+		limit := obs.Now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
 		for _, h := range hold {
 			out[h.Pod] = true
-			held = append(held, Notice{Candidate: h, At: p.noticed[h.Pod.UID].at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
+			at := p.noticed[h.Pod.UID].at
+			if at.After(limit) {
+				at = limit
+			}
+			held = append(held, Notice{Candidate: h, At: at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
 			for i := range d.Reclaims {
 				if d.Reclaims[i].Node == h.Pod.Spec.NodeName {
 					d.Reclaims[i].GPUs -= h.GPUs

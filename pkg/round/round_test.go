@@ -188,6 +188,62 @@ func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
 	}
 }
 
+// Beyond the horizon, out to the notice horizon, the forecast warns without
+// closing anything: a node whose lent GPUs only the hour's forecast needs
+// keeps lending, its pods get notices with the time found to five minutes,
+// and that time moves only by whole such steps.
+func TestNoticeHorizonWarnsBeyondTheHorizon(t *testing.T) {
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	lent := job("train", "n1", 4, time.Hour)
+	run := func(noticeHorizon time.Duration) (*Planner, func(time.Time, float64) Decision) {
+		p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, NoticeHorizon: noticeHorizon, Margin: -1})
+		return p, func(at time.Time, load float64) Decision {
+			return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
+				Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+				BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
+		}
+	}
+	// An eighth of a request a minute from 10: 10.5 now, 12.4 at the
+	// horizon's end, 18 at the hour's: a second replica within the hour only.
+	loads := []float64{10, 10.125, 10.25, 10.375, 10.5}
+	for _, nh := range []time.Duration{15 * time.Minute, time.Hour} {
+		_, plan := run(nh)
+		var d Decision
+		for i, load := range loads {
+			d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+		}
+		if np := d.Plan.Nodes["n1"]; np.State != api.HarvestOpen || np.HarvestableGPUs != 4 || len(d.Victims) != 0 {
+			t.Fatalf("notice horizon %v: n1 %+v, victims %v: want it lending on, nothing evicted", nh, np, names(d.Victims))
+		}
+		if nh == 15*time.Minute {
+			if len(d.Notices) != 0 {
+				t.Fatalf("notice horizon %v: notices %+v, want none", nh, d.Notices)
+			}
+			continue
+		}
+		// Noticed two minutes in (the trend needs three samples): the lead's
+		// window first passes 16 requests 46 minutes on (10.25 + 0.125 x 51 =
+		// 16.6), the first 5-minute step beyond the horizon that does. The
+		// next rounds find it up to 4 minutes earlier: under the step, so it
+		// stays as given.
+		if len(d.Notices) != 1 || d.Notices[0].Pod.Name != "train" || !d.Notices[0].At.Equal(t0.Add(48*time.Minute)) {
+			t.Fatalf("notices %+v, want train's at %v", d.Notices, t0.Add(48*time.Minute))
+		}
+		// Within the horizon the time is found to the minute again: on the
+		// same trend, 40 minutes in (15 requests) the lead's window passes 16
+		// 4 minutes on, and the node has stopped lending.
+		for m := 5; m <= 40; m++ {
+			d = plan(t0.Add(time.Duration(m)*time.Minute), 10+0.125*float64(m))
+		}
+		if len(d.Notices) != 1 || !d.Notices[0].At.Equal(t0.Add(44*time.Minute)) || len(d.Victims) != 0 {
+			t.Fatalf("notices %+v, victims %v: want train's at %v, not evicted yet", d.Notices, names(d.Victims), t0.Add(44*time.Minute))
+		}
+		if st := d.Plan.Nodes["n1"].State; st != api.HarvestDraining {
+			t.Fatalf("n1 %v, want draining within the horizon", st)
+		}
+	}
+}
+
 // A noticed pod is evicted before its notice's time when inference already
 // needs its node's GPUs: the load now, not only the forecast.
 func TestPlanEvictsBeforeTheNoticeWhenInferenceWaits(t *testing.T) {
@@ -281,7 +337,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	for _, bad := range []Config{{Horizon: -1}, {ReclaimLead: -1}, {OpenAfter: -1}, {OpenAfterBackoff: -1}, {TrendWindow: -1}} {
+	for _, bad := range []Config{{Horizon: -1}, {ReclaimLead: -1}, {OpenAfter: -1}, {OpenAfterBackoff: -1}, {TrendWindow: -1}, {NoticeHorizon: -1}} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}

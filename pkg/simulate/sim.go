@@ -161,6 +161,9 @@ type Config struct {
 	// needs them (harvest.Gate.JustInTime); nodes stop lending at Horizon
 	// already. 0, or at least Horizon, evicts at the horizon.
 	ReclaimLead time.Duration
+	// NoticeHorizon: pods on nodes whose lent GPUs the forecast over it needs
+	// get reclaim notices (round.Config.NoticeHorizon; at least Horizon).
+	NoticeHorizon time.Duration
 	// Margin is the demand model's safety margin (the controller's default is 0.1).
 	Margin float64
 
@@ -209,6 +212,7 @@ func DefaultConfig() Config {
 		OpenAfter:          2 * time.Minute, // gleaner-controller --open-after default
 		OpenAfterBackoff:   harvest.DefaultBackoffLimit,
 		ReclaimLead:        demand.DefaultReclaimLead,
+		NoticeHorizon:      demand.DefaultNoticeHorizon,
 		Margin:             0.1, // gleaner-controller --headroom-margin default
 		NightlyWindows:     "20:00-08:00",
 		PricePerGPUHour:    2.0,
@@ -224,6 +228,7 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 	r := round.Config{
 		Horizon:          c.Horizon,
 		ReclaimLead:      c.ReclaimLead,
+		NoticeHorizon:    c.NoticeHorizon,
 		Margin:           c.Margin,
 		OpenAfter:        c.OpenAfter,
 		OpenAfterBackoff: max(c.OpenAfterBackoff, 1),
@@ -291,8 +296,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("checkpoint interval %v: must be positive", c.CheckpointInterval)
 	case c.CheckpointCost < 0:
 		return fmt.Errorf("checkpoint cost %v: must not be negative", c.CheckpointCost)
-	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.PricePerGPUHour < 0:
-		return fmt.Errorf("nodes, open-after, horizon, reclaim lead and price must not be negative")
+	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.NoticeHorizon < 0 || c.PricePerGPUHour < 0:
+		return fmt.Errorf("nodes, open-after, horizon, reclaim lead, notice horizon and price must not be negative")
 	case c.OpenAfterBackoff < 0 || c.OpenAfterRelax < 0:
 		return fmt.Errorf("open-after backoff %d and relax %d must not be negative", c.OpenAfterBackoff, c.OpenAfterRelax)
 	case c.PackingWeight < 0 || c.IdleWeight < 0 || c.PackingWeight+c.IdleWeight == 0:
@@ -360,6 +365,10 @@ type Result struct {
 	// noticed evictions (the median and the shortest tenth).
 	NoticeLeadP50Seconds float64 `json:"noticeLeadP50Seconds"`
 	NoticeLeadP10Seconds float64 `json:"noticeLeadP10Seconds"`
+	// NoticeFirmLeadP50Seconds: the same, counted from when the notice's
+	// time was last moved earlier (or first given): how long before its
+	// eviction a job knew the time it would have to stop by.
+	NoticeFirmLeadP50Seconds float64 `json:"noticeFirmLeadP50Seconds"`
 	// NoticeCheckpointGPUHours: time jobs spent saving checkpoints because of
 	// notices, included in LostGPUHours.
 	NoticeCheckpointGPUHours float64 `json:"noticeCheckpointGpuHours"`
@@ -447,8 +456,10 @@ type simJob struct {
 	// taking.
 	noticed               bool
 	noticeAt, noticeSince time.Duration
-	jit                   bool
-	noticeRound           int // the last round that gave the notice
+	// noticeFirm: when noticeAt was last moved earlier (or first given).
+	noticeFirm  time.Duration
+	jit         bool
+	noticeRound int // the last round that gave the notice
 	// evicted: terminating; freeAt is when its GPUs come back.
 	evicted bool
 	freeAt  time.Duration
@@ -500,6 +511,7 @@ type sim struct {
 	res        Result
 	round      int
 	leads      []time.Duration // notice to eviction, of each noticed eviction
+	firmLeads  []time.Duration // the notice's time last moved earlier to eviction
 	fleetGPUs  int64
 	lastSample time.Duration
 }
@@ -599,6 +611,8 @@ func (s *sim) run() {
 		slices.Sort(s.leads)
 		r.NoticeLeadP50Seconds = s.leads[len(s.leads)/2].Seconds()
 		r.NoticeLeadP10Seconds = s.leads[len(s.leads)/10].Seconds()
+		slices.Sort(s.firmLeads)
+		r.NoticeFirmLeadP50Seconds = s.firmLeads[len(s.firmLeads)/2].Seconds()
 	}
 }
 
@@ -833,6 +847,7 @@ func (s *sim) evict(j *simJob, t time.Duration) {
 	if j.noticed {
 		s.res.NoticedEvictions++
 		s.leads = append(s.leads, t-j.noticeSince)
+		s.firmLeads = append(s.firmLeads, t-j.noticeFirm)
 	}
 }
 
@@ -911,9 +926,12 @@ func (s *sim) notify(notices []round.Notice, t time.Duration) {
 		j := s.jobOf[n.Pod]
 		at := n.At.Sub(s.t0)
 		if !j.noticed {
-			j.noticed, j.noticeSince, j.noticeAt, j.jit = true, t, at, false
+			j.noticed, j.noticeSince, j.noticeFirm, j.noticeAt, j.jit = true, t, t, at, false
 			s.res.Notices++
 		} else if at != j.noticeAt {
+			if at < j.noticeAt {
+				j.noticeFirm = t
+			}
 			j.noticeAt, j.jit = at, false
 		}
 		s.justInTime(j, t)

@@ -366,6 +366,10 @@ func TestNoticesSaveWork(t *testing.T) {
 	if with.NoticedEvictions == 0 || 2*with.NoticedEvictions < with.Preemptions || with.NoticeLeadP50Seconds <= 0 {
 		t.Fatalf("%d of %d evictions noticed (lead p50 %g s): want most", with.NoticedEvictions, with.Preemptions, with.NoticeLeadP50Seconds)
 	}
+	// A notice's time can only have been moved earlier after it was given.
+	if with.NoticeFirmLeadP50Seconds <= 0 || with.NoticeFirmLeadP50Seconds > with.NoticeLeadP50Seconds {
+		t.Fatalf("firm lead p50 %g s against lead p50 %g s: want in (0, lead]", with.NoticeFirmLeadP50Seconds, with.NoticeLeadP50Seconds)
+	}
 	if with.NoticeCheckpointGPUHours <= 0 || with.NoticeCheckpointGPUHours > with.LostGPUHours || with.LostGPUHours >= without.LostGPUHours {
 		t.Fatalf("lost %g GPU-h (%g checkpointing) with notices, %g without: want less, checkpoints included",
 			with.LostGPUHours, with.NoticeCheckpointGPUHours, without.LostGPUHours)

@@ -121,10 +121,11 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 	writeKubeconfig(t, env.cp.config, kubeconfig)
 
 	// A forecast that looks 2 minutes ahead, on a trend fitted to the last
-	// minute, and evicts 20 s ahead.
+	// minute, warns as far ahead and evicts 20 s ahead.
 	env.stopController()
 	env.startControllerWith(func(c *controller.Config) {
 		c.Policy.Horizon, c.Policy.ReclaimLead, c.Policy.TrendWindow = 2*time.Minute, 20*time.Second, time.Minute
+		c.Policy.NoticeHorizon = c.Policy.Horizon
 		c.Heartbeat.Identity = "noticing"
 	})
 	env.waitHeartbeatHolder("noticing")
