@@ -84,10 +84,13 @@ func TestReclaimNotices(t *testing.T) {
 	}
 	t.Logf("notice on fill-b-0: %s", ev.Message)
 
-	// A controller whose horizon stops short of the peak no longer needs
-	// the GPUs: the notice is withdrawn.
+	// A controller whose horizons stop short of the peak (the default
+	// 15-minute one, and notices no further ahead) no longer needs the GPUs:
+	// the notice is withdrawn.
 	env.stopController()
-	env.startControllerWith(func(c *controller.Config) { c.Heartbeat.Identity = "near-sighted" })
+	env.startControllerWith(func(c *controller.Config) {
+		c.Policy.NoticeHorizon, c.Heartbeat.Identity = demand.DefaultHorizon, "near-sighted"
+	})
 	waitFor(t, "the notice withdrawn", 20*time.Second, func() bool {
 		p := env.pod(researchNS, "fill-b-0")
 		c := podCondition(p, api.ConditionReclaimNotice)
