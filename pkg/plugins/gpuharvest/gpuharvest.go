@@ -53,7 +53,13 @@ type GPUHarvest struct {
 	heartbeat *heartbeat
 	rejected  rejectionCounters
 	verdicts  verdictCache
+	// lent holds each node's lent GPUs (lentAt) as of the NodeInfo
+	// generation they were counted in.
+	lent sync.Map
 }
+
+// lentAt is a node's lent GPUs, counted in NodeInfo generation generation.
+type lentAt struct{ generation, gpus int64 }
 
 // verdictCache keeps each node's parsed verdict beside the Node object it was
 // read from. Filter and Score run for thousands of nodes per pod; parsing the
@@ -284,8 +290,23 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 
 // lentGPUs counts GPUs held on the node by best-effort pods, including pods the
 // scheduler has just assumed there, so a burst of placements cannot overcommit
-// before the controller's next verdict.
+// before the controller's next verdict. Filter and Score ask for every node
+// and every pod, and between two pods only the node the first went to
+// changes: the count is kept per node for the NodeInfo generation it was made
+// in (every change to a NodeInfo, in the cache or a cycle's copy, takes a new
+// generation), which saves walking every pod of every node each cycle.
 func (pl *GPUHarvest) lentGPUs(nodeInfo fwk.NodeInfo) int64 {
+	name, generation := nodeInfo.Node().Name, nodeInfo.GetGeneration()
+	if v, ok := pl.lent.Load(name); ok && v.(lentAt).generation == generation {
+		return v.(lentAt).gpus
+	}
+	lent := pl.countLent(nodeInfo)
+	pl.lent.Store(name, lentAt{generation: generation, gpus: lent})
+	return lent
+}
+
+// countLent walks the node's pods for lentGPUs.
+func (pl *GPUHarvest) countLent(nodeInfo fwk.NodeInfo) int64 {
 	var lent int64
 	for _, pi := range nodeInfo.GetPods() {
 		if api.IsBestEffort(pi.GetPod(), pl.threshold) {

@@ -290,6 +290,46 @@ func TestFilter(t *testing.T) {
 	}
 }
 
+// The lent GPUs a node's NodeInfo counts are kept for its generation: a pod
+// assumed there, or one leaving, changes the count the next Filter reads,
+// and a cycle's copy of the NodeInfo reads what the original did.
+func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
+	pl := newPlugin(t, lease(time.Second, 15))
+	n := node("n", "open", "8")
+	pl.verdicts.arrive(n.Name, 0)
+	pod := bestEffort("p", 4)
+	filter := func(ni fwk.NodeInfo) *fwk.Status {
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		return pl.Filter(context.Background(), state, pod, ni)
+	}
+	ni := nodeInfo(n, bestEffort("lent", 2))
+	if st := filter(ni); !st.IsSuccess() {
+		t.Fatalf("2 of 8 lent: Filter = %v", st)
+	}
+	if st := filter(ni.Snapshot()); !st.IsSuccess() {
+		t.Fatalf("a copy, 2 of 8 lent: Filter = %v", st)
+	}
+	assumed := bestEffort("assumed", 4)
+	assumed.Spec.NodeName = n.Name
+	pi, err := framework.NewPodInfo(assumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ni.AddPodInfo(pi)
+	if st := filter(ni); st.Message() != ErrReasonNotEnoughGPUs {
+		t.Fatalf("6 of 8 lent after a pod was assumed: Filter = %v %q", st.Code(), st.Message())
+	}
+	if err := ni.RemovePod(klog.Background(), assumed); err != nil {
+		t.Fatal(err)
+	}
+	if st := filter(ni); !st.IsSuccess() {
+		t.Fatalf("2 of 8 lent after it left: Filter = %v", st)
+	}
+}
+
 // A node's verdict is trusted only once trustAfterRenewals renewals were seen
 // after the node appeared: one deleted and re-added with its old "open" labels
 // lends nothing until a round that saw it has published its verdict, and the
