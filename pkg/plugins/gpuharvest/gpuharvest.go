@@ -90,13 +90,24 @@ type cachedVerdict struct {
 }
 
 // forget drops a deleted node's entry, so a cluster whose nodes come and go
-// does not grow the cache.
-func (c *verdictCache) forget(obj interface{}) {
+// does not grow the cache. It returns the node's name ("" for no node).
+func (c *verdictCache) forget(obj interface{}) string {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if node, ok := obj.(*v1.Node); ok {
-		c.m.Delete(node.Name)
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return ""
+	}
+	c.m.Delete(node.Name)
+	return node.Name
+}
+
+// forgetNode drops all the plugin keeps of a deleted node: its verdict and
+// its lent GPUs.
+func (pl *GPUHarvest) forgetNode(obj interface{}) {
+	if name := pl.verdicts.forget(obj); name != "" {
+		pl.lent.Delete(name)
 	}
 }
 
@@ -206,7 +217,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				pl.verdicts.arrive(node.Name, pl.heartbeat.renewalCount())
 			}
 		},
-		DeleteFunc: pl.verdicts.forget,
+		DeleteFunc: pl.forgetNode,
 	}); err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}

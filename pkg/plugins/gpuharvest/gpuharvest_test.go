@@ -328,6 +328,11 @@ func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
 	if st := filter(ni); !st.IsSuccess() {
 		t.Fatalf("2 of 8 lent after it left: Filter = %v", st)
 	}
+	// A deleted node's count goes with its verdict.
+	pl.forgetNode(cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n})
+	if _, kept := pl.lent.Load(n.Name); kept {
+		t.Fatal("the lent GPUs of a deleted node are still kept")
+	}
 }
 
 // A node's verdict is trusted only once trustAfterRenewals renewals were seen
