@@ -4,6 +4,7 @@
 package harvest
 
 import (
+	"container/heap"
 	"sort"
 )
 
@@ -74,6 +75,38 @@ type Plan struct {
 // unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
 func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	plan := Plan{Nodes: make(map[string]NodePlan, len(nodes))}
+	plans := make([]NodePlan, len(nodes))
+	plan.Unplaced = place(nodes, headroom, plans, func(node, service string) {
+		if f := plan.HeadroomFor[node]; len(f) == 0 || f[len(f)-1] != service {
+			if plan.HeadroomFor == nil {
+				plan.HeadroomFor = map[string][]string{}
+			}
+			plan.HeadroomFor[node] = append(f, service)
+		}
+	})
+	for i := range nodes {
+		plan.Nodes[nodes[i].Name] = plans[i]
+	}
+	return plan
+}
+
+// NodePlans is MakePlan's NodePlans alone, one per node in the order given,
+// into dst when it has the room: for callers that plan the same nodes many
+// times over (a round looking ahead step by step), where building the map
+// was most of the cost.
+func NodePlans(dst []NodePlan, nodes []Node, headroom []Headroom) []NodePlan {
+	if cap(dst) < len(nodes) {
+		dst = make([]NodePlan, len(nodes))
+	}
+	dst = dst[:len(nodes)]
+	place(nodes, headroom, dst, nil)
+	return dst
+}
+
+// place plans every node into plans (aligned with nodes) and returns the
+// headroom that fit nowhere; placed, when not nil, hears of every replica
+// placed, in order.
+func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node, service string)) []Headroom {
 	// Spare and placed GPUs live beside each node rather than in maps by name:
 	// placing a replica compares every lendable node, and on a large pool with
 	// much headroom the map lookups were most of the planner's time.
@@ -82,10 +115,10 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 		n := &nodes[i]
 		free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
 		if !n.InPool || !n.Schedulable || free < 0 {
-			plan.Nodes[n.Name] = NodePlan{Verdict: Closed}
+			plans[i] = NodePlan{Verdict: Closed}
 			continue
 		}
-		lendable = append(lendable, home{Node: n, spare: free})
+		lendable = append(lendable, home{Node: n, index: i, spare: free})
 	}
 
 	// Headroom is counted, not listed replica by replica: a service asking for
@@ -98,45 +131,70 @@ func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	}
 	sort.SliceStable(wanted, func(i, j int) bool { return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica })
 
-	for _, r := range wanted {
-		for placed := 0; placed < r.Replicas; placed++ {
-			var best *home
-			for i := range lendable {
-				h := &lendable[i]
-				if h.spare < r.GPUsPerReplica {
-					continue
-				}
-				if best == nil || betterHome(h, best, r.GPUsPerReplica) {
-					best = h
-				}
+	// Replicas of one size go, one at a time, to the best home that holds
+	// them (betterHome: a strict order, so the best is one node). The homes
+	// wait in a heap ordered for that size, so placing a replica costs a
+	// heap fix rather than a walk of every node.
+	var unplaced []Headroom
+	for i := 0; i < len(wanted); {
+		q := homeQueue{gpus: wanted[i].GPUsPerReplica}
+		for k := range lendable {
+			if lendable[k].spare >= q.gpus {
+				q.homes = append(q.homes, &lendable[k])
 			}
-			if best == nil {
-				// Nothing holds this replica, so nothing holds the rest of them.
-				plan.Unplaced = append(plan.Unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - placed})
-				break
-			}
-			best.spare -= r.GPUsPerReplica
-			best.placed += r.GPUsPerReplica
-			if f := plan.HeadroomFor[best.Name]; len(f) == 0 || f[len(f)-1] != r.Service {
-				if plan.HeadroomFor == nil {
-					plan.HeadroomFor = map[string][]string{}
+		}
+		heap.Init(&q)
+		for ; i < len(wanted) && wanted[i].GPUsPerReplica == q.gpus; i++ {
+			r := wanted[i]
+			for n := 0; n < r.Replicas; n++ {
+				if len(q.homes) == 0 {
+					// Nothing holds this replica, so nothing holds the rest of them.
+					unplaced = append(unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - n})
+					break
 				}
-				plan.HeadroomFor[best.Name] = append(f, r.Service)
+				best := q.homes[0]
+				best.spare -= r.GPUsPerReplica
+				best.placed += r.GPUsPerReplica
+				if best.spare < q.gpus {
+					heap.Pop(&q)
+				} else {
+					heap.Fix(&q, 0)
+				}
+				if placed != nil {
+					placed(best.Name, r.Service)
+				}
 			}
 		}
 	}
 
 	for _, h := range lendable {
-		plan.Nodes[h.Name] = planFor(h.placed, h.LentGPUs, h.spare)
+		plans[h.index] = planFor(h.placed, h.LentGPUs, h.spare)
 	}
-	return plan
+	return unplaced
 }
 
 // home is a lendable node while headroom is placed: its GPUs not yet reserved
 // (spare) and the headroom placed on it.
 type home struct {
 	*Node
+	index         int // in the nodes planned
 	spare, placed int64
+}
+
+// homeQueue is a heap of the homes that hold a replica of gpus, best first.
+type homeQueue struct {
+	gpus  int64
+	homes []*home
+}
+
+func (q *homeQueue) Len() int           { return len(q.homes) }
+func (q *homeQueue) Less(i, j int) bool { return betterHome(q.homes[i], q.homes[j], q.gpus) }
+func (q *homeQueue) Swap(i, j int)      { q.homes[i], q.homes[j] = q.homes[j], q.homes[i] }
+func (q *homeQueue) Push(x any)         { q.homes = append(q.homes, x.(*home)) }
+func (q *homeQueue) Pop() any {
+	last := q.homes[len(q.homes)-1]
+	q.homes = q.homes[:len(q.homes)-1]
+	return last
 }
 
 // betterHome reports whether a is a better place than b for a replica of size gpus.

@@ -1,7 +1,10 @@
 package harvest
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"sort"
 	"testing"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -361,4 +364,121 @@ func TestMakePlanDoesNotMutateInput(t *testing.T) {
 	if !reflect.DeepEqual(headroom, headroomCopy) {
 		t.Errorf("headroom changed: %+v, was %+v", headroom, headroomCopy)
 	}
+}
+
+// scanPlan places headroom as MakePlan did before it kept homes in a heap:
+// every replica walks every lendable node for the best home. MakePlan must
+// place every replica where this does.
+func scanPlan(nodes []Node, headroom []Headroom) Plan {
+	plan := Plan{Nodes: map[string]NodePlan{}}
+	var lendable []home
+	for i := range nodes {
+		n := &nodes[i]
+		free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
+		if !n.InPool || !n.Schedulable || free < 0 {
+			plan.Nodes[n.Name] = NodePlan{Verdict: Closed}
+			continue
+		}
+		lendable = append(lendable, home{Node: n, spare: free})
+	}
+	var wanted []Headroom
+	for _, h := range headroom {
+		if h.GPUsPerReplica > 0 && h.Replicas > 0 {
+			wanted = append(wanted, h)
+		}
+	}
+	sort.SliceStable(wanted, func(i, j int) bool { return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica })
+	for _, r := range wanted {
+		for placed := 0; placed < r.Replicas; placed++ {
+			var best *home
+			for i := range lendable {
+				if h := &lendable[i]; h.spare >= r.GPUsPerReplica && (best == nil || betterHome(h, best, r.GPUsPerReplica)) {
+					best = h
+				}
+			}
+			if best == nil {
+				plan.Unplaced = append(plan.Unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - placed})
+				break
+			}
+			best.spare -= r.GPUsPerReplica
+			best.placed += r.GPUsPerReplica
+			if f := plan.HeadroomFor[best.Name]; len(f) == 0 || f[len(f)-1] != r.Service {
+				if plan.HeadroomFor == nil {
+					plan.HeadroomFor = map[string][]string{}
+				}
+				plan.HeadroomFor[best.Name] = append(f, r.Service)
+			}
+		}
+	}
+	for _, h := range lendable {
+		plan.Nodes[h.Name] = planFor(h.placed, h.LentGPUs, h.spare)
+	}
+	return plan
+}
+
+// randomPool is n nodes of 4 or 8 GPUs in every state MakePlan tells apart,
+// and headroom for up to 12 services of 1, 2, 4 or 8 GPUs a replica.
+func randomPool(rng *rand.Rand, n int) ([]Node, []Headroom) {
+	nodes := make([]Node, n)
+	for i := range nodes {
+		alloc := []int64{4, 8}[rng.IntN(2)]
+		reserved := rng.Int64N(alloc + 1)
+		lentGPUs := rng.Int64N(alloc - reserved + 1)
+		nodes[i] = Node{Name: fmt.Sprintf("n%04d", rng.IntN(10*n)) + fmt.Sprint(i), InPool: rng.IntN(10) > 0, Schedulable: rng.IntN(20) > 0,
+			AllocatableGPUs: alloc, ReservedGPUs: reserved, LentGPUs: lentGPUs, ReturningGPUs: rng.Int64N(lentGPUs + 1),
+			HostsInference: reserved > 0 && rng.IntN(2) == 0}
+		if rng.IntN(30) == 0 {
+			nodes[i].StuckGPUs = 1
+		}
+	}
+	headroom := make([]Headroom, rng.IntN(12))
+	for i := range headroom {
+		headroom[i] = Headroom{Service: fmt.Sprintf("s%d", i), GPUsPerReplica: []int64{1, 2, 4, 8}[rng.IntN(4)], Replicas: rng.IntN(n)}
+	}
+	return nodes, headroom
+}
+
+// TestMakePlanPlacesAsTheScanDid: the heap of homes changes what placing a
+// replica costs, not where it goes; NodePlans plans as MakePlan does.
+func TestMakePlanPlacesAsTheScanDid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 500 {
+		nodes, headroom := randomPool(rng, 1+rng.IntN(40))
+		got, want := MakePlan(nodes, headroom), scanPlan(nodes, headroom)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("trial %d: nodes %+v headroom %+v:\nheap plan %+v\nscan plan %+v", trial, nodes, headroom, got, want)
+		}
+		for i, np := range NodePlans(make([]NodePlan, 3), nodes, headroom) {
+			if np != want.Nodes[nodes[i].Name] {
+				t.Fatalf("trial %d: NodePlans gave node %s %+v, MakePlan %+v", trial, nodes[i].Name, np, want.Nodes[nodes[i].Name])
+			}
+		}
+	}
+}
+
+// BenchmarkMakePlan is one plan of a 5,000-node pool with headroom for 24
+// services (480 replicas): MakePlan, NodePlans, and the scan MakePlan was.
+func BenchmarkMakePlan(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	nodes, _ := randomPool(rng, 5000)
+	headroom := make([]Headroom, 24)
+	for i := range headroom {
+		headroom[i] = Headroom{Service: fmt.Sprintf("s%d", i), GPUsPerReplica: []int64{1, 2, 4, 8}[i%4], Replicas: 20}
+	}
+	b.Run("MakePlan", func(b *testing.B) {
+		for b.Loop() {
+			MakePlan(nodes, headroom)
+		}
+	})
+	b.Run("NodePlans", func(b *testing.B) {
+		var plans []NodePlan
+		for b.Loop() {
+			plans = NodePlans(plans, nodes, headroom)
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			scanPlan(nodes, headroom)
+		}
+	})
 }
