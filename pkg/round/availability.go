@@ -202,9 +202,11 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 	a.at = now
 	a.judge(now)
 	var open []Availability
-	for _, n := range obs.Nodes {
+	var at []int // each open node's place in obs.Nodes
+	for i, n := range obs.Nodes {
 		if np := d.Plan.Nodes[n.Name]; np.Verdict.State == api.HarvestOpen && np.HarvestableGPUs > 0 {
 			open = append(open, Availability{Node: n.Name, GPUs: np.HarvestableGPUs, For: AvailabilityHorizon})
+			at = append(at, i)
 		}
 	}
 	if len(open) == 0 {
@@ -212,7 +214,7 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 		return nil
 	}
 	var headroom []harvest.Headroom
-	var plan harvest.Plan
+	var plans []harvest.NodePlan
 	left := len(open)
 	// closes is when the harvest windows close, outside which nothing is lent
 	// (found at the start of the first step outside them, so no earlier than
@@ -231,12 +233,12 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 			}
 			return demand.PeakForecastFrom(now, now.Add(step-AvailabilityStep), s.load, AvailabilityStep, s.trend, s.profile).Peak
 		})
-		if plan.Nodes == nil || !slices.Equal(h, headroom) {
-			headroom, plan = h, harvest.MakePlan(obs.Nodes, h)
+		if plans == nil || !slices.Equal(h, headroom) {
+			headroom, plans = h, harvest.NodePlans(plans, obs.Nodes, h)
 		}
 		for i := range open {
 			av := &open[i]
-			if av.For == AvailabilityHorizon && plan.Nodes[av.Node].HarvestableGPUs < av.GPUs {
+			if av.For == AvailabilityHorizon && plans[at[i]].HarvestableGPUs < av.GPUs {
 				av.For = step - AvailabilityStep
 				left--
 			}

@@ -496,21 +496,38 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lea
 	span := p.cfg.noticeHorizon() - p.cfg.ReclaimLead
 	latest := now.Add(span)
 	at := make(map[string]time.Time, len(deferred))
+	// Each step's plan is of every node (headroom goes where it fits best),
+	// but only the deferred nodes' plans are read: by their place in obs.Nodes.
+	index := make(map[string]int, len(deferred))
+	for _, o := range deferred {
+		index[o.Node] = -1
+	}
+	for i, n := range obs.Nodes {
+		if _, ok := index[n.Name]; ok {
+			index[n.Name] = i
+		}
+	}
 	// A later forecast that asks for the headroom of one already planned has
 	// the same plan: start from this round's over the lead.
-	headroom, later := lead.headroom, lead.plan
+	later := make([]harvest.NodePlan, len(obs.Nodes))
+	headroom, planned := lead.headroom, lead.plan.Nodes != nil
+	if planned {
+		for _, o := range deferred {
+			later[index[o.Node]] = lead.plan.Nodes[o.Node]
+		}
+	}
 	for step := p.cfg.noticeStep(); len(at) < len(deferred) && step <= span; step += p.cfg.noticeStepAt(step) {
 		h := headroomFor(d.Services, func(s ServiceDecision) float64 {
 			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
 		})
-		if later.Nodes == nil || !slices.Equal(h, headroom) { // else the same plan again
-			headroom, later = h, harvest.MakePlan(obs.Nodes, h)
+		if !planned || !slices.Equal(h, headroom) { // else the same plan again
+			headroom, later, planned = h, harvest.NodePlans(later, obs.Nodes, h), true
 		}
 		for _, o := range deferred {
 			if _, found := at[o.Node]; found {
 				continue
 			}
-			if harvest.JustInTimeReclaim(horizon.Nodes[o.Node], later.Nodes[o.Node]) > d.Plan.Nodes[o.Node].ReclaimGPUs {
+			if harvest.JustInTimeReclaim(horizon.Nodes[o.Node], later[index[o.Node]]) > d.Plan.Nodes[o.Node].ReclaimGPUs {
 				at[o.Node] = now.Add(step)
 			}
 		}
