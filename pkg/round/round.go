@@ -435,11 +435,17 @@ func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
 	}
 }
 
+// nearNotice is how far ahead a notice's time falls within the horizon: a
+// later round whose forecast over the reclaim lead needs the pod can be no
+// further off than the horizon less the lead. Times beyond are found coarser,
+// and a pod held to one is held no longer than this (holdNoticed).
+func (c Config) nearNotice() time.Duration { return c.Horizon - c.ReclaimLead }
+
 // noticeStep is how finely the expected eviction times of notices are found
-// within the horizon: a minute, or a tenth of the time between the lead and
-// the horizon when that is shorter (at least a second).
+// within nearNotice: a minute, or a tenth of it when that is shorter (at
+// least a second).
 func (c Config) noticeStep() time.Duration {
-	return max(time.Second, min(time.Minute, (c.Horizon-c.ReclaimLead)/10))
+	return max(time.Second, min(time.Minute, c.nearNotice()/10))
 }
 
 // noticeFarStep is how finely they are found beyond the horizon, out to the
@@ -449,7 +455,7 @@ const noticeFarStep = 5 * time.Minute
 // noticeStepAt is the step an expected eviction time d after now is found
 // to, and by which it must move before a given notice's time changes.
 func (c Config) noticeStepAt(d time.Duration) time.Duration {
-	if d <= c.Horizon-c.ReclaimLead {
+	if d <= c.nearNotice() {
 		return c.noticeStep()
 	}
 	return max(c.noticeStep(), noticeFarStep)
@@ -607,7 +613,7 @@ func (p *Planner) holdNoticed(obs Observation, d *Decision) []Notice {
 		// A notice given beyond the horizon holds its pod, once the lead needs
 		// it, no longer than one given within the horizon could: its time is
 		// pulled in, and the pod told so.
-		limit := obs.Now.Add(p.cfg.Horizon - p.cfg.ReclaimLead)
+		limit := obs.Now.Add(p.cfg.nearNotice())
 		for _, h := range hold {
 			out[h.Pod] = true
 			at := p.noticed[h.Pod.UID].at
