@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -52,20 +53,19 @@ type GPUHarvest struct {
 	clock     clock.PassiveClock
 	heartbeat *heartbeat
 	rejected  rejectionCounters
-	verdicts  verdictCache
-	// lent holds each node's lent GPUs (lentAt) as of the NodeInfo
-	// generation they were counted in.
-	lent sync.Map
+	nodes     nodeCache
 }
 
-// lentAt is a node's lent GPUs, counted in NodeInfo generation generation.
-type lentAt struct{ generation, gpus int64 }
-
-// verdictCache keeps each node's parsed verdict beside the Node object it was
-// read from. Filter and Score run for thousands of nodes per pod; parsing the
-// label and annotation each time costs the scheduler a fifth of its throughput
-// on large clusters, mostly in cache misses on the Nodes' maps. A Node object
-// is immutable in the scheduler's cache, so a pointer match means the entry is current.
+// nodeCache keeps, for each node, what Filter and Score read of it: the
+// parsed verdict beside the Node object it was read from, and the GPUs lent
+// there beside the NodeInfo generation they were counted in. Both run for
+// thousands of nodes per pod; parsing the label and annotation each time cost
+// the scheduler a fifth of its throughput on large clusters, mostly in cache
+// misses on the Nodes' maps, and walking every pod of every node for the lent
+// count cost it more. A Node object is immutable in the scheduler's cache, so
+// a pointer match means the verdict is current; every change to a NodeInfo
+// (in the cache or a cycle's copy) takes a new generation, so a generation
+// match means the count is.
 //
 // It also keeps when each node arrived, counted in heartbeat renewals: a
 // node's verdict is trusted only once trustAfterRenewals renewals were seen
@@ -73,81 +73,91 @@ type lentAt struct{ generation, gpus int64 }
 // listed the nodes before this one joined, so a node deleted and re-added with
 // its old labels, or registered with a forged verdict, lends nothing until a
 // round that saw it has published its verdict.
-type verdictCache struct {
-	// m maps a node's name to its *cachedVerdict. A sync.Map: Filter reads
-	// it from every scheduling goroutine for every node, and a shared
-	// RWMutex cost a twentieth of the scheduler's CPU at 5,000 nodes.
+type nodeCache struct {
+	// m maps a node's name to its *nodeSlot. A sync.Map: Filter reads it
+	// from every scheduling goroutine for every node, and a shared RWMutex
+	// cost a twentieth of the scheduler's CPU at 5,000 nodes. The slot is
+	// stored once, when the node arrives; what changes is swapped inside it,
+	// so a lookup is one Load and a change is no Store into the map.
 	m sync.Map
 }
 
 const trustAfterRenewals = 2
 
-type cachedVerdict struct {
-	node    *v1.Node // nil until read
-	verdict harvest.Verdict
-	err     error
+// nodeSlot is a node's place in the cache, from its arrival to its deletion.
+type nodeSlot struct {
 	arrived uint64 // heartbeat renewals seen when the node appeared
+	seen    atomic.Pointer[nodeSeen]
 }
 
-// forget drops a deleted node's entry, so a cluster whose nodes come and go
-// does not grow the cache. It returns the node's name ("" for no node).
-func (c *verdictCache) forget(obj interface{}) string {
+// nodeSeen is what was read of one Node object and one NodeInfo generation.
+// It is never changed once published: a change publishes a new one.
+type nodeSeen struct {
+	node       *v1.Node
+	verdict    harvest.Verdict
+	err        error
+	generation int64
+	lent       int64 // GPUs held by best-effort pods, in that generation
+}
+
+// forget drops a deleted node's slot, so a cluster whose nodes come and go
+// does not grow the cache.
+func (c *nodeCache) forget(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	node, ok := obj.(*v1.Node)
-	if !ok {
-		return ""
-	}
-	c.m.Delete(node.Name)
-	return node.Name
-}
-
-// forgetNode drops all the plugin keeps of a deleted node: its verdict and
-// its lent GPUs.
-func (pl *GPUHarvest) forgetNode(obj interface{}) {
-	if name := pl.verdicts.forget(obj); name != "" {
-		pl.lent.Delete(name)
+	if node, ok := obj.(*v1.Node); ok {
+		c.m.Delete(node.Name)
 	}
 }
 
 // arrive records that a node appeared when renewals renewals had been seen.
-func (c *verdictCache) arrive(name string, renewals uint64) {
-	c.m.LoadOrStore(name, &cachedVerdict{arrived: renewals})
+func (c *nodeCache) arrive(name string, renewals uint64) *nodeSlot {
+	v, _ := c.m.LoadOrStore(name, &nodeSlot{arrived: renewals})
+	return v.(*nodeSlot)
 }
 
 // newlyTrusted reports whether some node became trusted at exactly renewals.
-func (c *verdictCache) newlyTrusted(renewals uint64) bool {
+func (c *nodeCache) newlyTrusted(renewals uint64) bool {
 	found := false
 	c.m.Range(func(_, v any) bool {
-		found = v.(*cachedVerdict).arrived+trustAfterRenewals == renewals
+		found = v.(*nodeSlot).arrived+trustAfterRenewals == renewals
 		return !found
 	})
 	return found
 }
 
 // len is how many nodes the cache holds.
-func (c *verdictCache) len() int {
+func (c *nodeCache) len() int {
 	n := 0
 	c.m.Range(func(_, _ any) bool { n++; return true })
 	return n
 }
 
-// read returns the node's verdict and when it arrived, in heartbeat renewals;
-// a node not seen before (Filter ran before this plugin's Add handler) arrives
-// at renewals.
-func (c *verdictCache) read(node *v1.Node, renewals uint64) (harvest.Verdict, uint64, error) {
-	arrived := renewals
+// read returns what Filter and Score need of the node: its verdict, the GPUs
+// lent there (counted by countLent when the NodeInfo's generation is new),
+// and when it arrived, in heartbeat renewals. A node not seen before (Filter
+// ran before this plugin's Add handler) arrives at renewals.
+func (c *nodeCache) read(nodeInfo fwk.NodeInfo, renewals uint64, countLent func(fwk.NodeInfo) int64) (*nodeSeen, uint64) {
+	node, generation := nodeInfo.Node(), nodeInfo.GetGeneration()
+	var slot *nodeSlot
 	if v, ok := c.m.Load(node.Name); ok {
-		cv := v.(*cachedVerdict)
-		if cv.node == node {
-			return cv.verdict, cv.arrived, cv.err
-		}
-		arrived = cv.arrived
+		slot = v.(*nodeSlot)
+	} else {
+		slot = c.arrive(node.Name, renewals)
 	}
-	v, err := nodeVerdict(node)
-	c.m.Store(node.Name, &cachedVerdict{node: node, verdict: v, err: err, arrived: arrived})
-	return v, arrived, err
+	seen := slot.seen.Load()
+	if seen != nil && seen.node == node && seen.generation == generation {
+		return seen, slot.arrived
+	}
+	next := &nodeSeen{node: node, generation: generation, lent: countLent(nodeInfo)}
+	if seen != nil && seen.node == node {
+		next.verdict, next.err = seen.verdict, seen.err
+	} else {
+		next.verdict, next.err = nodeVerdict(node)
+	}
+	slot.seen.Store(next)
+	return next, slot.arrived
 }
 
 // nodeVerdict is the verdict the scheduler acts on: the published one, except
@@ -214,10 +224,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if node, ok := obj.(*v1.Node); ok {
-				pl.verdicts.arrive(node.Name, pl.heartbeat.renewalCount())
+				pl.nodes.arrive(node.Name, pl.heartbeat.renewalCount())
 			}
 		},
-		DeleteFunc: pl.forgetNode,
+		DeleteFunc: pl.nodes.forget,
 	}); err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
@@ -277,13 +287,13 @@ func (pl *GPUHarvest) cycle(state fwk.CycleState, pod *v1.Pod) preFilterState {
 func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	node := nodeInfo.Node()
 	cycle := pl.cycle(state, pod)
-	verdict, arrived, err := pl.verdicts.read(node, cycle.renewals)
-	if err != nil {
+	seen, arrived := pl.nodes.read(nodeInfo, cycle.renewals, pl.countLent)
+	if err := seen.err; err != nil {
 		klog.FromContext(ctx).V(2).Info("Treating node as closed", "node", klog.KObj(node), "err", err)
 		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
-	fit := verdict.Fit(pl.lentGPUs(nodeInfo), cycle.gpus)
+	fit := seen.verdict.Fit(seen.lent, cycle.gpus)
 	if fit == harvest.Fits && cycle.renewals < arrived+trustAfterRenewals {
 		pl.rejected.newNode.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNewNode)
@@ -299,24 +309,11 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 	return nil
 }
 
-// lentGPUs counts GPUs held on the node by best-effort pods, including pods the
-// scheduler has just assumed there, so a burst of placements cannot overcommit
-// before the controller's next verdict. Filter and Score ask for every node
-// and every pod, and between two pods only the node the first went to
-// changes: the count is kept per node for the NodeInfo generation it was made
-// in (every change to a NodeInfo, in the cache or a cycle's copy, takes a new
-// generation), which saves walking every pod of every node each cycle.
-func (pl *GPUHarvest) lentGPUs(nodeInfo fwk.NodeInfo) int64 {
-	name, generation := nodeInfo.Node().Name, nodeInfo.GetGeneration()
-	if v, ok := pl.lent.Load(name); ok && v.(lentAt).generation == generation {
-		return v.(lentAt).gpus
-	}
-	lent := pl.countLent(nodeInfo)
-	pl.lent.Store(name, lentAt{generation: generation, gpus: lent})
-	return lent
-}
-
-// countLent walks the node's pods for lentGPUs.
+// countLent counts GPUs held on the node by best-effort pods, including pods
+// the scheduler has just assumed there, so a burst of placements cannot
+// overcommit before the controller's next verdict. The node cache keeps the
+// count for the NodeInfo's generation: between two pods only the node the
+// first went to changes.
 func (pl *GPUHarvest) countLent(nodeInfo fwk.NodeInfo) int64 {
 	var lent int64
 	for _, pi := range nodeInfo.GetPods() {
@@ -343,13 +340,13 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 // node whose availability is unknown).
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	cycle := pl.cycle(state, pod)
-	verdict, _, err := pl.verdicts.read(nodeInfo.Node(), cycle.renewals)
-	if err != nil || verdict.HarvestableGPUs <= 0 {
+	seen, _ := pl.nodes.read(nodeInfo, cycle.renewals, pl.countLent)
+	if seen.err != nil || seen.verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
-	lent := pl.lentGPUs(nodeInfo)
+	lent := seen.lent
 	n := harvest.PlacementNode{
-		HarvestableGPUs: verdict.HarvestableGPUs,
+		HarvestableGPUs: seen.verdict.HarvestableGPUs,
 		LentGPUs:        lent,
 		AllocatableGPUs: nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu],
 		ServingGPUs:     max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0),
@@ -436,7 +433,7 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 // cluster event the scheduler requeues pods for, and its periodic flush of
 // unschedulable pods comes only every few minutes.
 func (pl *GPUHarvest) onRenew(renewals uint64, becameFresh bool) {
-	if becameFresh || pl.verdicts.newlyTrusted(renewals) {
+	if becameFresh || pl.nodes.newlyTrusted(renewals) {
 		pl.activatePending()
 	}
 }
