@@ -91,32 +91,20 @@ docs:
 
 # Kubernetes' own scheduler benchmark (scheduler_perf) with Gleaner's plugins:
 # every workload of test/perf/config through the shipped gleaner-scheduler
-# profile and through the default plugins, in one invocation. Prints one line
-# per workload; the data items and the log land in bench/perf/. PERF_LABELS
+# profile and through the default plugins. Prints one line per workload; the
+# data items and the log land in bench/perf/. hack/bench-perf.sh runs each
+# workload in a fresh process beside the ones it is compared with, PERF_COUNT
+# rounds, every other round in reverse, and reports medians (two cores shared
+# with etcd and the apiserver move one run's figures by 10-30%). PERF_LABELS
 # picks workloads by label ("performance"; "short" for a quick check);
-# PERF_COUNT runs everything that many times and reports medians (two cores
-# shared with etcd and the apiserver move one run's figures by 10-30%): each
-# time a fresh process with its own etcd, so both profiles of a workload are
-# measured minutes apart in every round rather than one after the other's
-# repeats;
-# PERF_BENCH picks workloads by name (-test.bench, e.g.
-# 'BenchmarkPerfScheduling/Reclaim_').
+# PERF_BENCH by name (e.g. 'BenchmarkPerfScheduling/Reclaim_').
 PERF_LABELS ?= performance
 PERF_COUNT ?= 1
 PERF_BENCH ?= BenchmarkPerfScheduling
 PERF_OUT ?= bench/perf
 bench-perf: tools
-	@mkdir -p $(PERF_OUT) bin/perf-logs
 	$(GO) test -c -o $(BIN)/perf.test ./test/perf
-	rm -f $(PERF_OUT)/BenchmarkPerfScheduling_*.json $(PERF_OUT)/run.log
-	cd test/perf && rc=0; for run in $$(seq $(PERF_COUNT)); do \
-		PATH="$(abspath $(TOOLS)):$$PATH" ARTIFACTS="$(abspath bin/perf-logs)" KUBE_CACHE_MUTATION_DETECTOR=false \
-		$(abspath $(BIN)/perf.test) -test.run='^$$' -test.bench='$(PERF_BENCH)' -test.benchtime=1x -test.timeout=600m \
-		-perf-scheduling-label-filter=$(PERF_LABELS) -data-items-dir="$(abspath $(PERF_OUT))" \
-		>> "$(abspath $(PERF_OUT)/run.log)" 2>&1 || rc=$$?; sleep 1; done; \
-		grep -E '^(--- FAIL|FAIL|panic)' "$(abspath $(PERF_OUT)/run.log)"; \
-		cd ../.. && { echo "# make bench-perf PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) PERF_BENCH='$(PERF_BENCH)' on $$(nproc) cores ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $$(free -g | awk '/^Mem/{print $$2}') GiB, $$($(GO) env GOVERSION), $$(date -u +%F)"; \
-		$(GO) run ./hack/perfreport $(PERF_OUT)/BenchmarkPerfScheduling_*.json; } | tee $(PERF_OUT)/report.txt; exit $$rc
+	GO=$(GO) PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) PERF_BENCH='$(PERF_BENCH)' PERF_OUT=$(PERF_OUT) hack/bench-perf.sh
 
 # The benchmark's set-up, checked in make test: every workload at 10 nodes
 # (about a minute), through the shipped profile, into bin/perf-short.

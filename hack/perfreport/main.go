@@ -4,6 +4,13 @@
 // same pods, and gangs against the same pods without groups. Each line names
 // the goal it is judged by and whether it was met. Given several files (runs),
 // each figure is its median over them.
+//
+// With -workloads CONFIG -labels L it prints instead the workloads of a
+// scheduler_perf config that carry every label in L (comma-separated), one
+// group to a line: the workloads a report line compares (X_gleaner/W beside
+// X_default/W; a gang workload beside the others of its size), so that
+// `make bench-perf` can run each in a fresh process next to the others of
+// its group.
 package main
 
 import (
@@ -13,13 +20,27 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 func main() {
+	if len(os.Args) == 5 && os.Args[1] == "-workloads" && os.Args[3] == "-labels" {
+		groups, err := listWorkloads(os.Args[2], os.Args[4])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "perfreport:", err)
+			os.Exit(1)
+		}
+		for _, g := range groups {
+			fmt.Println(strings.Join(g, " "))
+		}
+		return
+	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: perfreport BenchmarkPerfScheduling_benchmark_*.json ...")
+		fmt.Fprintln(os.Stderr, "usage: perfreport BenchmarkPerfScheduling_benchmark_*.json ...\n       perfreport -workloads performance-config.yaml -labels performance")
 		os.Exit(2)
 	}
 	samples := map[string]*figures{}
@@ -182,4 +203,71 @@ func met(ok bool) string {
 		return "met"
 	}
 	return "NOT met"
+}
+
+// listWorkloads reads a scheduler_perf workload config and returns the
+// "Case/Workload" names whose test case and workload labels together hold
+// every one of labels, grouped by what the report compares, in the config's
+// order.
+func listWorkloads(path, labels string) ([][]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cases []struct {
+		Name      string   `json:"name"`
+		Labels    []string `json:"labels"`
+		Workloads []struct {
+			Name   string   `json:"name"`
+			Labels []string `json:"labels"`
+		} `json:"workloads"`
+	}
+	if err := yaml.Unmarshal(raw, &cases); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	want := strings.Split(labels, ",")
+	var order []string
+	groups := map[string][]string{}
+	for _, tc := range cases {
+		for _, w := range tc.Workloads {
+			if !hasAll(append(append([]string(nil), tc.Labels...), w.Labels...), want) {
+				continue
+			}
+			g := groupOf(tc.Name, w.Name)
+			if groups[g] == nil {
+				order = append(order, g)
+			}
+			groups[g] = append(groups[g], tc.Name+"/"+w.Name)
+		}
+	}
+	if len(order) == 0 {
+		return nil, fmt.Errorf("%s: no workload is labelled %s", path, labels)
+	}
+	out := make([][]string, len(order))
+	for i, g := range order {
+		out[i] = groups[g]
+	}
+	return out, nil
+}
+
+// groupOf names what a workload is compared with in the report: the same
+// workload of the other profile, or the gang workloads of the same size.
+func groupOf(testCase, workload string) string {
+	if base, ok := strings.CutSuffix(testCase, "_gleaner"); ok && !strings.HasPrefix(testCase, "Gang") {
+		return base + "/" + workload
+	}
+	if base, ok := strings.CutSuffix(testCase, "_default"); ok {
+		return base + "/" + workload
+	}
+	size, _, _ := strings.Cut(workload, "_")
+	return testCase + "/" + size
+}
+
+func hasAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }

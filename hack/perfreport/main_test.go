@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -72,5 +75,48 @@ func TestMedianOfRuns(t *testing.T) {
 	short := map[string]*run{"Y_gleaner/W": {attemptP99: 3}, "Y_default/W": {attemptP99: 4}}
 	if got := report(short); len(got) != 1 || !strings.Contains(got[0], "no throughput samples") {
 		t.Fatalf("a workload without throughput samples reads %q", got)
+	}
+}
+
+// The workloads of a label come out grouped as the report compares them, in
+// the config's order, whatever the order of their test cases.
+func TestListWorkloadsGroupsWhatIsCompared(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte(`
+- name: Fill_gleaner
+  workloads: &w
+  - {name: 10Nodes, labels: [short]}
+  - {name: 500Nodes, labels: [performance]}
+- name: Gang_gleaner
+  workloads:
+  - {name: 500Nodes_NoGang, labels: [performance]}
+  - {name: 500Nodes_4PerGroup, labels: [performance]}
+  - {name: 10Nodes_4PerGroup, labels: [short]}
+- name: Fill_default
+  workloads: *w
+- name: Slow_gleaner
+  labels: [performance]
+  workloads:
+  - {name: 9Nodes, labels: [slow]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := listWorkloads(config, "performance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"Fill_gleaner/500Nodes", "Fill_default/500Nodes"},
+		{"Gang_gleaner/500Nodes_NoGang", "Gang_gleaner/500Nodes_4PerGroup"},
+		{"Slow_gleaner/9Nodes"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("performance workloads = %q, want %q", got, want)
+	}
+	if got, err := listWorkloads(config, "performance,slow"); err != nil || !reflect.DeepEqual(got, [][]string{{"Slow_gleaner/9Nodes"}}) {
+		t.Fatalf("performance and slow = %q, %v", got, err)
+	}
+	if _, err := listWorkloads(config, "nightly"); err == nil || !strings.Contains(err.Error(), "no workload is labelled nightly") {
+		t.Fatalf("a label nothing carries: %v", err)
 	}
 }
