@@ -117,7 +117,7 @@ func newFramework(t *testing.T, lease *coordinationv1.Lease, args string, pods [
 	// wait until it has seen every node arrive, before any renewal.
 	for _, n := range nodes {
 		for {
-			if _, ok := pl.nodes.m.Load(n.Name); ok {
+			if pl.nodes.holds(n.Name) {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -6,6 +6,7 @@ package gpuharvest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,12 +75,26 @@ type GPUHarvest struct {
 // its old labels, or registered with a forged verdict, lends nothing until a
 // round that saw it has published its verdict.
 type nodeCache struct {
-	// m maps a node's name to its *nodeSlot. A sync.Map: Filter reads it
-	// from every scheduling goroutine for every node, and a shared RWMutex
-	// cost a twentieth of the scheduler's CPU at 5,000 nodes. The slot is
-	// stored once, when the node arrives; what changes is swapped inside it,
-	// so a lookup is one Load and a change is no Store into the map.
-	m sync.Map
+	// fast finds a node's slot by the Node object the scheduler holds, as
+	// of the last promotion: Filter and Score look up nearly every node
+	// here, in a map no one writes to, keyed by a pointer. At 5,000 nodes
+	// the lookup is most of the plugin's cost, and it is memory it waits
+	// for: a sync.Map keyed by name (walking its trie) and a map keyed by
+	// name (hashing and comparing names nothing else had touched) each took
+	// two-thirds or more of the plugin's CPU; a shared RWMutex had cost a
+	// twentieth of the scheduler's.
+	fast atomic.Pointer[map[*v1.Node]*nodeSlot]
+
+	mu sync.Mutex
+	// all is every node's slot by name, the nodes that arrived since the
+	// last promotion included; byObject is each by the Node object it was
+	// last looked up with (what fast is a copy of).
+	all      map[string]*nodeSlot
+	byObject map[*v1.Node]*nodeSlot
+	// misses counts the lookups fast could not answer since the last
+	// promotion: once they are as many as the nodes, fast is replaced by a
+	// copy of byObject, so copying costs no more than the lookups it saves.
+	misses int
 }
 
 const trustAfterRenewals = 2
@@ -87,7 +102,13 @@ const trustAfterRenewals = 2
 // nodeSlot is a node's place in the cache, from its arrival to its deletion.
 type nodeSlot struct {
 	arrived uint64 // heartbeat renewals seen when the node appeared
-	seen    atomic.Pointer[nodeSeen]
+	// gone is set when the node is deleted: fast may still hold the slot
+	// until the next promotion, and a node re-added under the same name must
+	// not find it there (it would inherit the old arrival, and be trusted).
+	gone atomic.Bool
+	seen atomic.Pointer[nodeSeen]
+	// object is the Node object byObject holds the slot under (under mu).
+	object *v1.Node
 }
 
 // nodeSeen is what was read of one Node object and one NodeInfo generation.
@@ -97,7 +118,14 @@ type nodeSeen struct {
 	verdict    harvest.Verdict
 	err        error
 	generation int64
-	lent       int64 // GPUs held by best-effort pods, in that generation
+	gpus       nodeGPUs // in that generation
+}
+
+// nodeGPUs are a node's GPUs as its NodeInfo counts them.
+type nodeGPUs struct {
+	allocatable int64
+	requested   int64 // by every pod on the node, including assumed ones
+	lent        int64 // requested by best-effort pods
 }
 
 // forget drops a deleted node's slot, so a cluster whose nodes come and go
@@ -106,51 +134,94 @@ func (c *nodeCache) forget(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if node, ok := obj.(*v1.Node); ok {
-		c.m.Delete(node.Name)
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slot, ok := c.all[node.Name]; ok {
+		slot.gone.Store(true)
+		delete(c.all, node.Name)
+		delete(c.byObject, slot.object)
 	}
 }
 
 // arrive records that a node appeared when renewals renewals had been seen.
-func (c *nodeCache) arrive(name string, renewals uint64) *nodeSlot {
-	v, _ := c.m.LoadOrStore(name, &nodeSlot{arrived: renewals})
-	return v.(*nodeSlot)
+func (c *nodeCache) arrive(name string, renewals uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.arriveLocked(name, renewals)
+}
+
+func (c *nodeCache) arriveLocked(name string, renewals uint64) *nodeSlot {
+	if c.all == nil {
+		c.all, c.byObject = map[string]*nodeSlot{}, map[*v1.Node]*nodeSlot{}
+	}
+	slot, ok := c.all[name]
+	if !ok {
+		slot = &nodeSlot{arrived: renewals}
+		c.all[name] = slot
+	}
+	return slot
+}
+
+// slot is the node's slot; a node not seen before (Filter ran before this
+// plugin's Add handler) arrives at renewals.
+func (c *nodeCache) slot(node *v1.Node, renewals uint64) *nodeSlot {
+	if fast := c.fast.Load(); fast != nil {
+		if slot, ok := (*fast)[node]; ok && !slot.gone.Load() {
+			return slot
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	slot := c.arriveLocked(node.Name, renewals)
+	if slot.object != node {
+		// An update is a new object: the old one is let go at the next promotion.
+		delete(c.byObject, slot.object)
+		slot.object = node
+		c.byObject[node] = slot
+	}
+	if c.misses++; c.misses >= len(c.byObject) {
+		fast := maps.Clone(c.byObject)
+		c.fast.Store(&fast)
+		c.misses = 0
+	}
+	return slot
 }
 
 // newlyTrusted reports whether some node became trusted at exactly renewals.
 func (c *nodeCache) newlyTrusted(renewals uint64) bool {
-	found := false
-	c.m.Range(func(_, v any) bool {
-		found = v.(*nodeSlot).arrived+trustAfterRenewals == renewals
-		return !found
-	})
-	return found
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, slot := range c.all {
+		if slot.arrived+trustAfterRenewals == renewals {
+			return true
+		}
+	}
+	return false
 }
 
 // len is how many nodes the cache holds.
 func (c *nodeCache) len() int {
-	n := 0
-	c.m.Range(func(_, _ any) bool { n++; return true })
-	return n
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.all)
 }
 
-// read returns what Filter and Score need of the node: its verdict, the GPUs
-// lent there (counted by countLent when the NodeInfo's generation is new),
-// and when it arrived, in heartbeat renewals. A node not seen before (Filter
-// ran before this plugin's Add handler) arrives at renewals.
-func (c *nodeCache) read(nodeInfo fwk.NodeInfo, renewals uint64, countLent func(fwk.NodeInfo) int64) (*nodeSeen, uint64) {
+// read returns what Filter and Score need of the node: its verdict, its GPUs
+// (counted by count when the NodeInfo's generation is new), and when it
+// arrived, in heartbeat renewals. A node not seen before (Filter ran before
+// this plugin's Add handler) arrives at renewals.
+func (c *nodeCache) read(nodeInfo fwk.NodeInfo, renewals uint64, count func(fwk.NodeInfo) nodeGPUs) (*nodeSeen, uint64) {
 	node, generation := nodeInfo.Node(), nodeInfo.GetGeneration()
-	var slot *nodeSlot
-	if v, ok := c.m.Load(node.Name); ok {
-		slot = v.(*nodeSlot)
-	} else {
-		slot = c.arrive(node.Name, renewals)
-	}
+	slot := c.slot(node, renewals)
 	seen := slot.seen.Load()
 	if seen != nil && seen.node == node && seen.generation == generation {
 		return seen, slot.arrived
 	}
-	next := &nodeSeen{node: node, generation: generation, lent: countLent(nodeInfo)}
+	next := &nodeSeen{node: node, generation: generation, gpus: count(nodeInfo)}
 	if seen != nil && seen.node == node {
 		next.verdict, next.err = seen.verdict, seen.err
 	} else {
@@ -287,13 +358,13 @@ func (pl *GPUHarvest) cycle(state fwk.CycleState, pod *v1.Pod) preFilterState {
 func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	node := nodeInfo.Node()
 	cycle := pl.cycle(state, pod)
-	seen, arrived := pl.nodes.read(nodeInfo, cycle.renewals, pl.countLent)
+	seen, arrived := pl.nodes.read(nodeInfo, cycle.renewals, pl.countGPUs)
 	if err := seen.err; err != nil {
 		klog.FromContext(ctx).V(2).Info("Treating node as closed", "node", klog.KObj(node), "err", err)
 		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
-	fit := seen.verdict.Fit(seen.lent, cycle.gpus)
+	fit := seen.verdict.Fit(seen.gpus.lent, cycle.gpus)
 	if fit == harvest.Fits && cycle.renewals < arrived+trustAfterRenewals {
 		pl.rejected.newNode.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNewNode)
@@ -309,20 +380,23 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 	return nil
 }
 
-// countLent counts GPUs held on the node by best-effort pods, including pods
-// the scheduler has just assumed there, so a burst of placements cannot
-// overcommit before the controller's next verdict. The node cache keeps the
-// count for the NodeInfo's generation: between two pods only the node the
-// first went to changes.
-func (pl *GPUHarvest) countLent(nodeInfo fwk.NodeInfo) int64 {
-	var lent int64
+// countGPUs counts the node's GPUs, and those held there by best-effort pods,
+// including pods the scheduler has just assumed there, so a burst of
+// placements cannot overcommit before the controller's next verdict. The node
+// cache keeps the counts for the NodeInfo's generation: between two pods only
+// the node the first went to changes.
+func (pl *GPUHarvest) countGPUs(nodeInfo fwk.NodeInfo) nodeGPUs {
+	c := nodeGPUs{
+		allocatable: nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu],
+		requested:   nodeInfo.GetRequested().GetScalarResources()[pl.gpu],
+	}
 	for _, pi := range nodeInfo.GetPods() {
 		if api.IsBestEffort(pi.GetPod(), pl.threshold) {
 			// CalculateResource is computed once per pod and cached by the framework.
-			lent += pi.CalculateResource().Resource.GetScalarResources()[pl.gpu]
+			c.lent += pi.CalculateResource().Resource.GetScalarResources()[pl.gpu]
 		}
 	}
-	return lent
+	return c
 }
 
 // PreScore skips pods that are not best-effort.
@@ -340,16 +414,15 @@ func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod,
 // node whose availability is unknown).
 func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	cycle := pl.cycle(state, pod)
-	seen, _ := pl.nodes.read(nodeInfo, cycle.renewals, pl.countLent)
+	seen, _ := pl.nodes.read(nodeInfo, cycle.renewals, pl.countGPUs)
 	if seen.err != nil || seen.verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
-	lent := seen.lent
 	n := harvest.PlacementNode{
 		HarvestableGPUs: seen.verdict.HarvestableGPUs,
-		LentGPUs:        lent,
-		AllocatableGPUs: nodeInfo.GetAllocatable().GetScalarResources()[pl.gpu],
-		ServingGPUs:     max(nodeInfo.GetRequested().GetScalarResources()[pl.gpu]-lent, 0),
+		LentGPUs:        seen.gpus.lent,
+		AllocatableGPUs: seen.gpus.allocatable,
+		ServingGPUs:     max(seen.gpus.requested-seen.gpus.lent, 0),
 	}
 	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
 	score := harvest.PlacementScore(n, cycle.gpus, wp, wi, fwk.MaxNodeScore)

@@ -63,6 +63,14 @@ func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
 	}
 }
 
+// holds reports whether the cache keeps a slot for the node.
+func (c *nodeCache) holds(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.all[name]
+	return ok
+}
+
 func pod(name string, priority int32, gpus int64) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "research", UID: k8stypes.UID("uid-" + name)},
@@ -331,7 +339,7 @@ func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
 	}
 	// A deleted node's count goes with its verdict.
 	pl.nodes.forget(cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n})
-	if _, kept := pl.nodes.m.Load(n.Name); kept {
+	if pl.nodes.holds(n.Name) {
 		t.Fatal("the lent GPUs of a deleted node are still kept")
 	}
 }
@@ -584,7 +592,7 @@ func TestArgs(t *testing.T) {
 func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 	var c nodeCache
 	counted := 0
-	count := func(ni fwk.NodeInfo) int64 { counted++; return int64(len(ni.GetPods())) }
+	count := func(ni fwk.NodeInfo) nodeGPUs { counted++; return nodeGPUs{lent: int64(len(ni.GetPods()))} }
 	n := node("n", "open", "8")
 	ni := framework.NewNodeInfo()
 	ni.SetNode(n)
@@ -605,7 +613,7 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 	}
 	// A pod assumed on the node is a new generation: counted again, verdict kept.
 	ni.AddPod(bestEffort("assumed", 2))
-	if seen, _ := c.read(ni, 5, count); seen.lent != 1 || seen.verdict.State != api.HarvestDraining || counted != 3 {
+	if seen, _ := c.read(ni, 5, count); seen.gpus.lent != 1 || seen.verdict.State != api.HarvestDraining || counted != 3 {
 		t.Fatalf("read after a pod was assumed = %+v, counted %d times", seen, counted)
 	}
 	broken := updated.DeepCopy()
@@ -615,7 +623,7 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 		t.Fatal("a malformed verdict read without error")
 	}
 	ni.AddPod(bestEffort("another", 2))
-	if seen, _ := c.read(ni, 0, count); seen.err == nil || seen.lent != 2 {
+	if seen, _ := c.read(ni, 0, count); seen.err == nil || seen.gpus.lent != 2 {
 		t.Fatalf("a cached malformed verdict lost its error in a new generation: %+v", seen)
 	}
 }
@@ -626,7 +634,7 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 // (Run with -race to check the publication too.)
 func TestNodeCacheReadsConcurrently(t *testing.T) {
 	var c nodeCache
-	count := func(ni fwk.NodeInfo) int64 { return int64(len(ni.GetPods())) }
+	count := func(ni fwk.NodeInfo) nodeGPUs { return nodeGPUs{lent: int64(len(ni.GetPods()))} }
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -640,7 +648,7 @@ func TestNodeCacheReadsConcurrently(t *testing.T) {
 					ni.AddPod(bestEffort("p", 1))
 				}
 				seen, _ := c.read(ni, 0, count)
-				if seen.err != nil || seen.verdict.HarvestableGPUs != int64(g+1) || seen.lent != int64(g) {
+				if seen.err != nil || seen.verdict.HarvestableGPUs != int64(g+1) || seen.gpus.lent != int64(g) {
 					t.Errorf("goroutine %d read %+v", g, seen)
 					return
 				}
@@ -653,13 +661,44 @@ func TestNodeCacheReadsConcurrently(t *testing.T) {
 	wg.Wait()
 }
 
+// The cache finds a node by the Node object the scheduler holds, and an
+// update is a new object: it must be read afresh, and the old object let go.
+func TestNodeCacheLetsGoOfReplacedNodeObjects(t *testing.T) {
+	var c nodeCache
+	count := func(fwk.NodeInfo) nodeGPUs { return nodeGPUs{} }
+	old := node("n", "open", "8")
+	ni := framework.NewNodeInfo()
+	ni.SetNode(old)
+	for range 3 { // past the first promotion
+		c.read(ni, 0, count)
+	}
+	updated := old.DeepCopy()
+	updated.Annotations[api.AnnotationHarvestableGPUs] = "2"
+	ni.SetNode(updated)
+	if seen, _ := c.read(ni, 0, count); seen.verdict.HarvestableGPUs != 2 {
+		t.Fatalf("read after an update = %+v, want 2 harvestable", seen.verdict)
+	}
+	c.mu.Lock()
+	_, held := c.byObject[old]
+	c.mu.Unlock()
+	if held {
+		t.Fatal("the cache still holds the Node object an update replaced")
+	}
+	for range 3 {
+		c.read(ni, 0, count)
+	}
+	if _, held := (*c.fast.Load())[old]; held {
+		t.Fatal("the fast map still holds the replaced Node object after a promotion")
+	}
+}
+
 // A deleted node is forgotten, tombstone or not: nodes that come and go do
 // not grow the scheduler's memory.
 func TestNodeCacheForgetsDeletedNodes(t *testing.T) {
 	var c nodeCache
 	a, b := node("a", "open", "4"), node("b", "open", "4")
 	for _, n := range []*v1.Node{a, b} {
-		if seen, _ := c.read(nodeInfo(n), 0, func(fwk.NodeInfo) int64 { return 0 }); seen.err != nil {
+		if seen, _ := c.read(nodeInfo(n), 0, func(fwk.NodeInfo) nodeGPUs { return nodeGPUs{} }); seen.err != nil {
 			t.Fatal(seen.err)
 		}
 	}
