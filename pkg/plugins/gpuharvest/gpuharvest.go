@@ -6,7 +6,6 @@ package gpuharvest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -86,28 +86,28 @@ type nodeCache struct {
 	fast atomic.Pointer[map[*v1.Node]*nodeSlot]
 
 	mu sync.Mutex
-	// all is every node's slot by name, the nodes that arrived since the
-	// last promotion included; byObject is each by the Node object it was
-	// last looked up with (what fast is a copy of).
-	all      map[string]*nodeSlot
-	byObject map[*v1.Node]*nodeSlot
+	// all is the slot of every node whose arrival was recorded, by name.
+	all map[string]*nodeSlot
 	// misses counts the lookups fast could not answer since the last
-	// promotion: once they are as many as the nodes, fast is replaced by a
-	// copy of byObject, so copying costs no more than the lookups it saves.
+	// promotion: once they are as many as the nodes, fast is rebuilt from
+	// all, so rebuilding costs no more than the lookups it saves.
 	misses int
 }
 
 const trustAfterRenewals = 2
 
-// nodeSlot is a node's place in the cache, from its arrival to its deletion.
+// nodeSlot is one node's place in the cache, from its arrival to its
+// deletion. A node deleted and created again under its name is another node
+// (another UID), with a slot and an arrival of its own.
 type nodeSlot struct {
+	uid     types.UID
 	arrived uint64 // heartbeat renewals seen when the node appeared
-	// gone is set when the node is deleted: fast may still hold the slot
-	// until the next promotion, and a node re-added under the same name must
-	// not find it there (it would inherit the old arrival, and be trusted).
+	// gone is set when the node is deleted or replaced under its name: fast
+	// may hold the slot until the next promotion, and must not serve it.
 	gone atomic.Bool
 	seen atomic.Pointer[nodeSeen]
-	// object is the Node object byObject holds the slot under (under mu).
+	// object is the Node object the slot was last looked up with, which
+	// the next promotion keys it by in fast (under mu).
 	object *v1.Node
 }
 
@@ -129,7 +129,8 @@ type nodeGPUs struct {
 }
 
 // forget drops a deleted node's slot, so a cluster whose nodes come and go
-// does not grow the cache.
+// does not grow the cache. The deletion of a node already replaced under its
+// name (its successor arrived first) leaves the successor's slot alone.
 func (c *nodeCache) forget(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -140,34 +141,35 @@ func (c *nodeCache) forget(obj interface{}) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if slot, ok := c.all[node.Name]; ok {
+	if slot, ok := c.all[node.Name]; ok && slot.uid == node.UID {
 		slot.gone.Store(true)
 		delete(c.all, node.Name)
-		delete(c.byObject, slot.object)
 	}
 }
 
 // arrive records that a node appeared when renewals renewals had been seen.
-func (c *nodeCache) arrive(name string, renewals uint64) {
+// The node informer calls it on every add and update: a relist reports a
+// node deleted and created again under its name as an update, and the new
+// UID makes it a new arrival.
+func (c *nodeCache) arrive(node *v1.Node, renewals uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.arriveLocked(name, renewals)
-}
-
-func (c *nodeCache) arriveLocked(name string, renewals uint64) *nodeSlot {
 	if c.all == nil {
-		c.all, c.byObject = map[string]*nodeSlot{}, map[*v1.Node]*nodeSlot{}
+		c.all = map[string]*nodeSlot{}
 	}
-	slot, ok := c.all[name]
-	if !ok {
-		slot = &nodeSlot{arrived: renewals}
-		c.all[name] = slot
+	if old, ok := c.all[node.Name]; ok {
+		if old.uid == node.UID {
+			return
+		}
+		old.gone.Store(true)
 	}
-	return slot
+	c.all[node.Name] = &nodeSlot{uid: node.UID, arrived: renewals}
 }
 
-// slot is the node's slot; a node not seen before (Filter ran before this
-// plugin's Add handler) arrives at renewals.
+// slot is the node's slot. A node whose arrival is not recorded (this
+// plugin's handler has not seen it yet, or it was deleted, or it is another
+// node under a known name) gets a slot of its own that arrives at renewals
+// and is not kept: nothing Filter reads can make the cache trust a node.
 func (c *nodeCache) slot(node *v1.Node, renewals uint64) *nodeSlot {
 	if fast := c.fast.Load(); fast != nil {
 		if slot, ok := (*fast)[node]; ok && !slot.gone.Load() {
@@ -176,15 +178,18 @@ func (c *nodeCache) slot(node *v1.Node, renewals uint64) *nodeSlot {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	slot := c.arriveLocked(node.Name, renewals)
-	if slot.object != node {
-		// An update is a new object: the old one is let go at the next promotion.
-		delete(c.byObject, slot.object)
-		slot.object = node
-		c.byObject[node] = slot
+	slot, ok := c.all[node.Name]
+	if !ok || slot.uid != node.UID {
+		return &nodeSlot{uid: node.UID, arrived: renewals}
 	}
-	if c.misses++; c.misses >= len(c.byObject) {
-		fast := maps.Clone(c.byObject)
+	slot.object = node
+	if c.misses++; c.misses >= len(c.all) {
+		fast := make(map[*v1.Node]*nodeSlot, len(c.all))
+		for _, s := range c.all {
+			if s.object != nil {
+				fast[s.object] = s
+			}
+		}
 		c.fast.Store(&fast)
 		c.misses = 0
 	}
@@ -212,8 +217,7 @@ func (c *nodeCache) len() int {
 
 // read returns what Filter and Score need of the node: its verdict, its GPUs
 // (counted by count when the NodeInfo's generation is new), and when it
-// arrived, in heartbeat renewals. A node not seen before (Filter ran before
-// this plugin's Add handler) arrives at renewals.
+// arrived, in heartbeat renewals (see slot for a node not known yet).
 func (c *nodeCache) read(nodeInfo fwk.NodeInfo, renewals uint64, count func(fwk.NodeInfo) nodeGPUs) (*nodeSeen, uint64) {
 	node, generation := nodeInfo.Node(), nodeInfo.GetGeneration()
 	slot := c.slot(node, renewals)
@@ -295,7 +299,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if node, ok := obj.(*v1.Node); ok {
-				pl.nodes.arrive(node.Name, pl.heartbeat.renewalCount())
+				pl.nodes.arrive(node, pl.heartbeat.renewalCount())
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if node, ok := obj.(*v1.Node); ok {
+				pl.nodes.arrive(node, pl.heartbeat.renewalCount())
 			}
 		},
 		DeleteFunc: pl.nodes.forget,
@@ -364,7 +373,7 @@ func (pl *GPUHarvest) Filter(ctx context.Context, state fwk.CycleState, pod *v1.
 		pl.rejected.badVerdict.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBadVerdict)
 	}
-	fit := seen.verdict.Fit(seen.gpus.lent, cycle.gpus)
+	fit := seen.verdict.Fit(pl.gpusOn(state, nodeInfo, seen).lent, cycle.gpus)
 	if fit == harvest.Fits && cycle.renewals < arrived+trustAfterRenewals {
 		pl.rejected.newNode.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNewNode)
@@ -399,6 +408,17 @@ func (pl *GPUHarvest) countGPUs(nodeInfo fwk.NodeInfo) nodeGPUs {
 	return c
 }
 
+// gpusOn is the node's GPUs in this cycle. A pod group's scheduling cycle
+// assumes its members in the snapshot and puts the NodeInfo's generation
+// back, so there the counts kept for the generation may be stale: they are
+// counted afresh.
+func (pl *GPUHarvest) gpusOn(state fwk.CycleState, nodeInfo fwk.NodeInfo, seen *nodeSeen) nodeGPUs {
+	if state.IsPodGroupSchedulingCycle() {
+		return pl.countGPUs(nodeInfo)
+	}
+	return seen.gpus
+}
+
 // PreScore skips pods that are not best-effort.
 func (pl *GPUHarvest) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	if !api.IsBestEffort(pod, pl.threshold) {
@@ -418,11 +438,12 @@ func (pl *GPUHarvest) Score(_ context.Context, state fwk.CycleState, pod *v1.Pod
 	if seen.err != nil || seen.verdict.HarvestableGPUs <= 0 {
 		return 0, nil
 	}
+	gpus := pl.gpusOn(state, nodeInfo, seen)
 	n := harvest.PlacementNode{
 		HarvestableGPUs: seen.verdict.HarvestableGPUs,
-		LentGPUs:        seen.gpus.lent,
-		AllocatableGPUs: seen.gpus.allocatable,
-		ServingGPUs:     max(seen.gpus.requested-seen.gpus.lent, 0),
+		LentGPUs:        gpus.lent,
+		AllocatableGPUs: gpus.allocatable,
+		ServingGPUs:     max(gpus.requested-gpus.lent, 0),
 	}
 	wp, wi := int64(*pl.args.ScoreWeights.Packing), int64(*pl.args.ScoreWeights.IdleWindow)
 	score := harvest.PlacementScore(n, cycle.gpus, wp, wi, fwk.MaxNodeScore)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,7 +287,7 @@ func TestFilter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pl := newPlugin(t, lease(time.Second, 15))
-			pl.nodes.arrive(tt.node.Name, 0)
+			pl.nodes.arrive(tt.node, 0)
 			state := framework.NewCycleState()
 			if _, st := pl.PreFilter(context.Background(), state, tt.pod, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
@@ -305,7 +306,7 @@ func TestFilter(t *testing.T) {
 func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
 	pl := newPlugin(t, lease(time.Second, 15))
 	n := node("n", "open", "8")
-	pl.nodes.arrive(n.Name, 0)
+	pl.nodes.arrive(n, 0)
 	pod := bestEffort("p", 4)
 	filter := func(ni fwk.NodeInfo) *fwk.Status {
 		state := framework.NewCycleState()
@@ -345,47 +346,84 @@ func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
 }
 
 // A node's verdict is trusted only once trustAfterRenewals renewals were seen
-// after the node appeared: one deleted and re-added with its old "open" labels
-// lends nothing until a round that saw it has published its verdict, and the
+// after its arrival was recorded: one deleted and created again with its old
+// "open" labels lends nothing until a round that saw it has published its
+// verdict, however the scheduler happens to see it meanwhile, and the
 // renewal that trusts it re-activates pending pods.
 func TestFilterTrustsNewNodesAfterTwoRenewals(t *testing.T) {
 	pl := newPlugin(t, lease(time.Second, 15))
-	n, p := node("back", "open", "8"), bestEffort("p", 1)
-	filter := func() *fwk.Status {
+	p := bestEffort("p", 1)
+	filter := func(n *v1.Node) *fwk.Status {
 		state := framework.NewCycleState()
 		if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
 			t.Fatalf("PreFilter: %v", st)
 		}
 		return pl.Filter(context.Background(), state, p, nodeInfo(n))
 	}
-	// First seen by Filter itself (its Add event not handled yet): it arrives now.
-	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ErrReasonNewNode {
-		t.Fatalf("Filter on a node that just appeared = %v %q, want %q", st.Code(), st.Message(), ErrReasonNewNode)
+	isNew := func(when string, st *fwk.Status) {
+		t.Helper()
+		if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ErrReasonNewNode {
+			t.Fatalf("Filter %s = %v %q, want %q", when, st.Code(), st.Message(), ErrReasonNewNode)
+		}
 	}
-	pl.heartbeat.renewals++
+	renew := func() {
+		pl.heartbeat.renewals++
+	}
+	n := node("back", "open", "8")
+	n.UID = "uid-1"
+	// Seen by Filter before this plugin's handler recorded it: new, however
+	// often it is seen.
+	isNew("on a node not recorded yet", filter(n))
+	renew()
+	renew()
+	isNew("on a node not recorded yet, two renewals on", filter(n))
+	pl.nodes.arrive(n, pl.heartbeat.renewals)
+	renew()
 	if pl.nodes.newlyTrusted(pl.heartbeat.renewals) {
-		t.Fatal("one renewal after the node appeared trusted it")
+		t.Fatal("one renewal after the node arrived trusted it")
 	}
-	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable {
-		t.Fatalf("Filter after one renewal = %v, want still rejected", st)
-	}
-	pl.heartbeat.renewals++
+	isNew("after one renewal", filter(n))
+	renew()
 	if !pl.nodes.newlyTrusted(pl.heartbeat.renewals) {
 		t.Fatal("the second renewal did not report the node newly trusted")
 	}
-	if st := filter(); !st.IsSuccess() {
+	if st := filter(n); !st.IsSuccess() {
 		t.Fatalf("Filter after two renewals = %v, want success", st)
 	}
-	// Deleted and re-added: it starts over.
+
+	// Deleted, then read by a cycle that still held it, then created again
+	// under its name: the stale read must not keep the old arrival.
 	pl.nodes.forget(n)
-	if st := filter(); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ErrReasonNewNode {
-		t.Fatalf("Filter on a re-added node = %v %q, want %q", st.Code(), st.Message(), ErrReasonNewNode)
+	isNew("on a deleted node a stale cycle still holds", filter(n))
+	renew()
+	renew()
+	again := n.DeepCopy()
+	again.UID = "uid-2"
+	isNew("on the node created again, before its arrival is recorded", filter(again))
+	pl.nodes.arrive(again, pl.heartbeat.renewals)
+	isNew("on the node created again", filter(again))
+
+	// Created again without a deletion the plugin saw (a relist reports it
+	// as an update): the new UID is a new arrival, and the old node's late
+	// deletion leaves the new one's slot alone.
+	renew()
+	renew()
+	if st := filter(again); !st.IsSuccess() {
+		t.Fatalf("Filter on the re-created node after two renewals = %v", st)
 	}
+	third := again.DeepCopy()
+	third.UID = "uid-3"
+	isNew("on a node replaced under its name, before the update is seen", filter(third))
+	pl.nodes.arrive(third, pl.heartbeat.renewals)
+	isNew("on a node replaced under its name", filter(third))
+	pl.nodes.forget(again)
+	if !pl.nodes.holds(third.Name) {
+		t.Fatal("the late deletion of the replaced node dropped its successor")
+	}
+
 	// A closed node reads closed, not new: the reason says what is wrong first.
 	closed := node("closed", "closed", "0")
-	state := framework.NewCycleState()
-	pl.PreFilter(context.Background(), state, p, nil)
-	if st := pl.Filter(context.Background(), state, p, nodeInfo(closed)); st.Message() != ErrReasonNotOpen {
+	if st := filter(closed); st.Message() != ErrReasonNotOpen {
 		t.Fatalf("Filter on a new closed node = %q, want %q", st.Message(), ErrReasonNotOpen)
 	}
 }
@@ -594,6 +632,7 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 	counted := 0
 	count := func(ni fwk.NodeInfo) nodeGPUs { counted++; return nodeGPUs{lent: int64(len(ni.GetPods()))} }
 	n := node("n", "open", "8")
+	c.arrive(n, 0)
 	ni := framework.NewNodeInfo()
 	ni.SetNode(n)
 	if seen, _ := c.read(ni, 0, count); seen.err != nil || seen.verdict.HarvestableGPUs != 8 || counted != 1 {
@@ -608,6 +647,7 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 	updated.Annotations[api.AnnotationHarvestableGPUs] = "0"
 	ni.SetNode(updated)
 	// An update is no arrival: the node keeps the renewal count it arrived at.
+	c.arrive(updated, 5)
 	if seen, arrived := c.read(ni, 5, count); seen.err != nil || seen.verdict.State != api.HarvestDraining || arrived != 0 {
 		t.Fatalf("read after update = %+v, arrived %d; want draining, arrived 0", seen, arrived)
 	}
@@ -630,82 +670,151 @@ func TestNodeCacheFollowsNodeUpdates(t *testing.T) {
 
 // The scheduler filters nodes from many goroutines while the informer
 // delivers updates and deletions: every read answers for the Node object and
-// the NodeInfo it was given, never for another one a concurrent read stored.
-// (Run with -race to check the publication too.)
+// the NodeInfo it was given, whether the lookup was answered by the fast map
+// or behind the lock. (Run with -race to check the publication too.)
 func TestNodeCacheReadsConcurrently(t *testing.T) {
 	var c nodeCache
 	count := func(ni fwk.NodeInfo) nodeGPUs { return nodeGPUs{lent: int64(len(ni.GetPods()))} }
+	// Each node's current object and NodeInfo; version v of node i has v
+	// harvestable GPUs and v%3 pods, so a read answered for another object
+	// or generation shows.
+	const nodes = 8
+	var current [nodes]atomic.Pointer[framework.NodeInfo]
+	publish := func(i, v int) {
+		n := node("n"+strconv.Itoa(i), "open", strconv.Itoa(v))
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		for range v % 3 {
+			ni.AddPod(bestEffort("p", 1))
+		}
+		c.arrive(n, 0)
+		current[i].Store(ni)
+	}
+	for i := range nodes {
+		publish(i, 1)
+	}
 	var wg sync.WaitGroup
-	for g := range 4 {
+	for g := range 3 {
 		wg.Go(func() {
-			for i := range 500 {
-				// Each goroutine has its own copy of the node, with its own
-				// harvestable count and its own pods: a mix-up shows.
-				n := node("shared", "open", strconv.Itoa(g+1))
-				ni := framework.NewNodeInfo()
-				ni.SetNode(n)
-				for range g {
-					ni.AddPod(bestEffort("p", 1))
-				}
+			for i := range 3000 {
+				ni := current[(g+i)%nodes].Load()
 				seen, _ := c.read(ni, 0, count)
-				if seen.err != nil || seen.verdict.HarvestableGPUs != int64(g+1) || seen.gpus.lent != int64(g) {
-					t.Errorf("goroutine %d read %+v", g, seen)
+				want, _ := strconv.Atoi(ni.Node().Annotations[api.AnnotationHarvestableGPUs])
+				if seen.node != ni.Node() || seen.verdict.HarvestableGPUs != int64(want) || seen.gpus.lent != int64(want%3) {
+					t.Errorf("read of version %d answered %+v", want, seen)
 					return
-				}
-				if i%50 == 0 {
-					c.forget(n)
 				}
 			}
 		})
 	}
+	wg.Go(func() {
+		for v := 2; v < 200; v++ {
+			i := v % nodes
+			if v%7 == 0 {
+				c.forget(current[i].Load().Node())
+			}
+			publish(i, v)
+		}
+	})
 	wg.Wait()
 }
 
 // The cache finds a node by the Node object the scheduler holds, and an
-// update is a new object: it must be read afresh, and the old object let go.
+// update is a new object: it is read afresh, and the old object is let go
+// at the next promotion.
 func TestNodeCacheLetsGoOfReplacedNodeObjects(t *testing.T) {
 	var c nodeCache
 	count := func(fwk.NodeInfo) nodeGPUs { return nodeGPUs{} }
-	old := node("n", "open", "8")
-	ni := framework.NewNodeInfo()
-	ni.SetNode(old)
-	for range 3 { // past the first promotion
+	var infos []fwk.NodeInfo
+	for i := range 4 {
+		n := node("n"+strconv.Itoa(i), "open", "8")
+		c.arrive(n, 0)
+		infos = append(infos, nodeInfo(n))
+	}
+	for _, ni := range infos { // four misses: promoted
 		c.read(ni, 0, count)
+	}
+	old := infos[0].Node()
+	if _, held := (*c.fast.Load())[old]; !held {
+		t.Fatal("the first promotion did not take the node")
 	}
 	updated := old.DeepCopy()
 	updated.Annotations[api.AnnotationHarvestableGPUs] = "2"
-	ni.SetNode(updated)
-	if seen, _ := c.read(ni, 0, count); seen.verdict.HarvestableGPUs != 2 {
+	infos[0].SetNode(updated)
+	if seen, _ := c.read(infos[0], 0, count); seen.verdict.HarvestableGPUs != 2 {
 		t.Fatalf("read after an update = %+v, want 2 harvestable", seen.verdict)
 	}
-	c.mu.Lock()
-	_, held := c.byObject[old]
-	c.mu.Unlock()
-	if held {
-		t.Fatal("the cache still holds the Node object an update replaced")
+	for range 3 { // four misses again
+		c.read(infos[0], 0, count)
 	}
-	for range 3 {
-		c.read(ni, 0, count)
-	}
-	if _, held := (*c.fast.Load())[old]; held {
+	fast := *c.fast.Load()
+	if _, held := fast[old]; held {
 		t.Fatal("the fast map still holds the replaced Node object after a promotion")
+	}
+	if _, held := fast[updated]; !held {
+		t.Fatal("the promotion did not take the updated Node object")
 	}
 }
 
-// A deleted node is forgotten, tombstone or not: nodes that come and go do
-// not grow the scheduler's memory.
+// A deleted node is forgotten, tombstone or not, and a cycle that still
+// holds it afterwards does not bring it back: nodes that come and go do not
+// grow the scheduler's memory.
 func TestNodeCacheForgetsDeletedNodes(t *testing.T) {
 	var c nodeCache
 	a, b := node("a", "open", "4"), node("b", "open", "4")
+	none := func(fwk.NodeInfo) nodeGPUs { return nodeGPUs{} }
 	for _, n := range []*v1.Node{a, b} {
-		if seen, _ := c.read(nodeInfo(n), 0, func(fwk.NodeInfo) nodeGPUs { return nodeGPUs{} }); seen.err != nil {
+		c.arrive(n, 0)
+		if seen, _ := c.read(nodeInfo(n), 0, none); seen.err != nil {
 			t.Fatal(seen.err)
 		}
 	}
 	c.forget(a)
 	c.forget(cache.DeletedFinalStateUnknown{Key: "b", Obj: b})
+	for _, n := range []*v1.Node{a, b} {
+		if _, arrived := c.read(nodeInfo(n), 7, none); arrived != 7 {
+			t.Fatalf("a deleted node read by a stale cycle arrived at %d, want now (7)", arrived)
+		}
+	}
 	if n := c.len(); n != 0 {
 		t.Fatalf("cache holds %d nodes after both were deleted", n)
+	}
+}
+
+// In a pod group's scheduling cycle the scheduler assumes members in the
+// snapshot and puts the NodeInfo's generation back: Filter must count what
+// is on the node, not what was kept for the generation.
+func TestFilterCountsAgainInPodGroupCycles(t *testing.T) {
+	pl := newPlugin(t, lease(time.Second, 15))
+	n := node("n", "open", "8")
+	pl.nodes.arrive(n, 0)
+	pod := bestEffort("p", 4)
+	ni := framework.NewNodeInfo(bestEffort("lent", 2))
+	ni.SetNode(n)
+	filter := func(group bool) *fwk.Status {
+		state := framework.NewCycleState()
+		if group {
+			state.SetPodGroupSchedulingCycle(framework.NewCycleState())
+		}
+		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		return pl.Filter(context.Background(), state, pod, ni)
+	}
+	if st := filter(true); !st.IsSuccess() {
+		t.Fatalf("2 of 8 lent: Filter = %v", st)
+	}
+	member := bestEffort("member", 4)
+	member.Spec.NodeName = n.Name
+	pi, err := framework.NewPodInfo(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	generation := ni.Generation
+	ni.AddPodInfo(pi)
+	ni.Generation = generation
+	if st := filter(true); st.Message() != ErrReasonNotEnoughGPUs {
+		t.Fatalf("6 of 8 lent after a member was assumed in the group's cycle: Filter = %v %q", st.Code(), st.Message())
 	}
 }
 
@@ -723,7 +832,7 @@ func BenchmarkFilterAndScore(b *testing.B) {
 		}
 		n := node("node-"+strconv.Itoa(i), state, harvestable)
 		n.Status.Allocatable = v1.ResourceList{api.GPUResource: *resource.NewQuantity(8, resource.DecimalSI)}
-		pl.nodes.arrive(n.Name, 0)
+		pl.nodes.arrive(n, 0)
 		var pods []*v1.Pod
 		for j := range i % 3 {
 			pods = append(pods, bestEffort("lent-"+strconv.Itoa(i)+"-"+strconv.Itoa(j), 2))
