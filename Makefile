@@ -107,7 +107,7 @@ bench-perf: tools
 	GO=$(GO) PERF_LABELS=$(PERF_LABELS) PERF_COUNT=$(PERF_COUNT) PERF_BENCH='$(PERF_BENCH)' PERF_OUT=$(PERF_OUT) hack/bench-perf.sh
 
 # The benchmark's set-up, checked in make test: every workload at 10 nodes
-# (about a minute), through the shipped profile, into bin/perf-short.
+# (about two minutes: a process per workload), through the shipped profile, into bin/perf-short.
 test-perf:
 	$(MAKE) bench-perf PERF_LABELS=short PERF_OUT=$(BIN)/perf-short
 

@@ -2,8 +2,9 @@
 // scheduler benchmark, scheduler_perf: the same harness, opcodes, throughput
 // collector and per-plugin metrics upstream's thresholds come from. Each
 // workload in config/performance-config.yaml runs once through the shipped
-// gleaner-scheduler profile and once through the default plugins, in the same
-// invocation. Run it with `make bench-perf`; see bench/README.md.
+// gleaner-scheduler profile and once through the default plugins. Run it with
+// `make bench-perf`, which gives every workload a process of its own
+// (hack/bench-perf.sh); see bench/README.md.
 package perf
 
 import (
