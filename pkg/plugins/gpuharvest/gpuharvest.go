@@ -208,13 +208,6 @@ func (c *nodeCache) newlyTrusted(renewals uint64) bool {
 	return false
 }
 
-// len is how many nodes the cache holds.
-func (c *nodeCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.all)
-}
-
 // read returns what Filter and Score need of the node: its verdict, its GPUs
 // (counted by count when the NodeInfo's generation is new), and when it
 // arrived, in heartbeat renewals (see slot for a node not known yet).
@@ -297,21 +290,21 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: watching controller lease: %w", Name, err)
 	}
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if node, ok := obj.(*v1.Node); ok {
-				pl.nodes.arrive(node, pl.heartbeat.renewalCount())
-			}
-		},
-		UpdateFunc: func(_, obj interface{}) {
-			if node, ok := obj.(*v1.Node); ok {
-				pl.nodes.arrive(node, pl.heartbeat.renewalCount())
-			}
-		},
+		AddFunc:    pl.recordArrival,
+		UpdateFunc: func(_, obj interface{}) { pl.recordArrival(obj) },
 		DeleteFunc: pl.nodes.forget,
 	}); err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
 	return pl, nil
+}
+
+// recordArrival hands a node the informer added or updated to the node cache,
+// with the heartbeat renewals seen so far.
+func (pl *GPUHarvest) recordArrival(obj interface{}) {
+	if node, ok := obj.(*v1.Node); ok {
+		pl.nodes.arrive(node, pl.heartbeat.renewalCount())
+	}
 }
 
 // Name returns the plugin name.

@@ -72,6 +72,24 @@ func (c *nodeCache) holds(name string) bool {
 	return ok
 }
 
+// len is how many nodes the cache holds.
+func (c *nodeCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.all)
+}
+
+// podInfoOn is p's PodInfo as the scheduler keeps it once p is assumed on n.
+func podInfoOn(t *testing.T, p *v1.Pod, n *v1.Node) fwk.PodInfo {
+	t.Helper()
+	p.Spec.NodeName = n.Name
+	pi, err := framework.NewPodInfo(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pi
+}
+
 func pod(name string, priority int32, gpus int64) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "research", UID: k8stypes.UID("uid-" + name)},
@@ -323,12 +341,7 @@ func TestFilterCountsLentGPUsAfterEveryChange(t *testing.T) {
 		t.Fatalf("a copy, 2 of 8 lent: Filter = %v", st)
 	}
 	assumed := bestEffort("assumed", 4)
-	assumed.Spec.NodeName = n.Name
-	pi, err := framework.NewPodInfo(assumed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ni.AddPodInfo(pi)
+	ni.AddPodInfo(podInfoOn(t, assumed, n))
 	if st := filter(ni); st.Message() != ErrReasonNotEnoughGPUs {
 		t.Fatalf("6 of 8 lent after a pod was assumed: Filter = %v %q", st.Code(), st.Message())
 	}
@@ -804,14 +817,8 @@ func TestFilterCountsAgainInPodGroupCycles(t *testing.T) {
 	if st := filter(true); !st.IsSuccess() {
 		t.Fatalf("2 of 8 lent: Filter = %v", st)
 	}
-	member := bestEffort("member", 4)
-	member.Spec.NodeName = n.Name
-	pi, err := framework.NewPodInfo(member)
-	if err != nil {
-		t.Fatal(err)
-	}
 	generation := ni.Generation
-	ni.AddPodInfo(pi)
+	ni.AddPodInfo(podInfoOn(t, bestEffort("member", 4), n))
 	ni.Generation = generation
 	if st := filter(true); st.Message() != ErrReasonNotEnoughGPUs {
 		t.Fatalf("6 of 8 lent after a member was assumed in the group's cycle: Filter = %v %q", st.Code(), st.Message())
