@@ -73,6 +73,7 @@ type run struct {
 	duration      float64 // seconds the measured pods took
 	attemptP99    float64 // ms, scheduling attempts that placed a pod
 	postFilterP99 float64 // ms, the PostFilter extension point (preemption)
+	postFilterAvg float64 // ms, its mean: the time of one preemption decision
 }
 
 type dataItem struct {
@@ -88,7 +89,7 @@ var nameRE = regexp.MustCompile(`^BenchmarkPerfScheduling/([^/]+)/([^/]+)(/.*)?$
 // workload run several times (-test.count, or several files) appears once per
 // run.
 type figures struct {
-	throughput, duration, attemptP99, postFilterP99 []float64
+	throughput, duration, attemptP99, postFilterP99, postFilterAvg []float64
 }
 
 func read(r io.Reader, samples map[string]*figures) error {
@@ -118,6 +119,7 @@ func read(r io.Reader, samples map[string]*figures) error {
 			f.attemptP99 = append(f.attemptP99, it.Data["Perc99"])
 		case metric == "scheduler_framework_extension_point_duration_seconds" && it.Labels["extension_point"] == "PostFilter":
 			f.postFilterP99 = append(f.postFilterP99, it.Data["Perc99"])
+			f.postFilterAvg = append(f.postFilterAvg, it.Data["Average"])
 		}
 	}
 	return nil
@@ -139,7 +141,8 @@ func medians(samples map[string]*figures) map[string]*run {
 	}
 	out := map[string]*run{}
 	for k, f := range samples {
-		out[k] = &run{throughput: mid(f.throughput), duration: mid(f.duration), attemptP99: mid(f.attemptP99), postFilterP99: mid(f.postFilterP99)}
+		out[k] = &run{throughput: mid(f.throughput), duration: mid(f.duration), attemptP99: mid(f.attemptP99),
+			postFilterP99: mid(f.postFilterP99), postFilterAvg: mid(f.postFilterAvg)}
 	}
 	return out
 }
@@ -162,8 +165,8 @@ func report(runs map[string]*run) []string {
 			d := runs[strings.TrimSuffix(tc, "_gleaner")+"_default/"+workload]
 			if strings.HasPrefix(tc, "Reclaim") {
 				r := ratio(g.duration, d.duration)
-				lines = append(lines, fmt.Sprintf("%s time gleaner/default = %.2f (gleaner %.2f s, default %.2f s; p99 PostFilter gleaner %.1f ms, default %.1f ms) goal <= 1.00 and PostFilter p99 < 100 ms: %s",
-					name, r, g.duration, d.duration, g.postFilterP99, d.postFilterP99, met(r <= 1.0 && g.postFilterP99 < 100)))
+				lines = append(lines, fmt.Sprintf("%s time gleaner/default = %.2f (gleaner %.2f s, default %.2f s; PostFilter mean gleaner %.2f ms, default %.2f ms, p99 gleaner %.1f ms, default %.1f ms) goal <= 1.00 and PostFilter p99 < 100 ms: %s",
+					name, r, g.duration, d.duration, g.postFilterAvg, d.postFilterAvg, g.postFilterP99, d.postFilterP99, met(r <= 1.0 && g.postFilterP99 < 100)))
 				continue
 			}
 			if g.throughput == 0 || d.throughput == 0 {
