@@ -36,7 +36,7 @@ how long inference replicas waited for lent GPUs.
 
 Policies: none (lend nothing), nightly (lend only within --nightly-windows,
 UTC), continuous (lend what is spare now; headroom from the load trend),
-forecast (continuous plus each service's hour-of-week profile, learned online
+forecast (continuous plus each service's quarter-hour-of-week profile, learned online
 as the controller learns it), oracle (knows each service's future load: lends
 every GPU no replica wants within the grace period and evicts just in time;
 the bound to read the others against), or all.
@@ -55,7 +55,7 @@ them all.
 vLLM instead of a CSV: per --query-step window, the mean of running plus
 waiting requests summed over the service's replicas (the load the controller
 plans on), services named by --group-by, from --since ago to --until. The
-history starts the simulation's clock, so hour-of-week profiles line up with
+history starts the simulation's clock, so weekly profiles line up with
 the real week. --replica-capacity then defaults to the controller's target
 load (` + fmt.Sprint(demand.DefaultTargetLoad) + ` requests per replica). Gaps and services that
 appear or go midway are reported on stderr.
@@ -194,7 +194,8 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.IntVar(&cfg.OpenAfterRelax, "open-after-relax", cfg.OpenAfterRelax, "Diagnostic: a node forgets one doubling of its open-after after this many times it without a drain; 0 for the gate's default (2).")
 	f.DurationVar(&cfg.ReclaimLead, "reclaim-lead", cfg.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them; nodes stop lending at --forecast-horizon. 0 evicts at the horizon (gleaner-controller's default).")
 	f.DurationVar(&cfg.NoticeHorizon, "notice-horizon", cfg.NoticeHorizon, "Give reclaim notices to the pods on nodes whose lent GPUs the forecast over this horizon needs (at least --forecast-horizon; gleaner-controller's default).")
-	f.Float64Var(&cfg.Margin, "headroom-margin", cfg.Margin, "Safety margin on forecast load, as a fraction.")
+	f.Float64Var(&cfg.Margin, "headroom-margin", cfg.Margin, "Safety margin on forecast load, as a fraction, kept for the one service it keeps the most room for (gleaner-controller's default).")
+	f.BoolVar(&cfg.MarginPerService, "headroom-margin-per-service", false, "Keep --headroom-margin for every service at once (gleaner-controller's --headroom-margin-per-service).")
 	f.StringVar(&cfg.NightlyWindows, "nightly-windows", cfg.NightlyWindows, "Harvest windows (UTC) of the nightly policy.")
 	f.DurationVar(&cfg.ReclaimBudget, "reclaim-budget", 0, "A replica waiting longer for GPUs is over budget; 0 for scrape interval + grace period + 5s.")
 	f.Float64Var(&cfg.PricePerGPUHour, "gpu-price", cfg.PricePerGPUHour, "Price of one GPU-hour, for savings.")

@@ -57,7 +57,7 @@ const (
 	// AnnotationMinReplicas and AnnotationMaxReplicas bound the autoscaler (defaults 1 and the controller's maximum).
 	AnnotationMinReplicas = "gleaner.dev/min-replicas"
 	AnnotationMaxReplicas = "gleaner.dev/max-replicas"
-	// AnnotationDemandProfile holds the service's learned hour-of-week load
+	// AnnotationDemandProfile holds the service's learned quarter-hour-of-week load
 	// profile (JSON, written by gleaner-controller), so a restart forgets nothing.
 	AnnotationDemandProfile = "gleaner.dev/demand-profile"
 

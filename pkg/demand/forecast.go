@@ -15,7 +15,8 @@ const DefaultHorizon = 15 * time.Minute
 const DefaultReclaimLead = 5 * time.Minute
 
 // DefaultNoticeHorizon is how far ahead the forecast warns the pods it will
-// evict (reclaim notices): an hour, the hour-of-week profile's step. A notice
+// evict (reclaim notices): an hour, chosen when the profile's step was an
+// hour and judged since on both halves of the shared services. A notice
 // costs a job nothing until its time nears (it checkpoints just in time), so
 // it may come long before the horizon, where nodes stop lending.
 const DefaultNoticeHorizon = time.Hour
@@ -83,15 +84,18 @@ type Forecast struct {
 	Peak float64
 	// Trend is the load the recent trend reaches at the end of the horizon.
 	Trend float64
-	// Profile is the learned peak of the hours the horizon touches (0 when none is learned).
+	// Profile is the learned peak of the slots the horizon touches (0 when none is learned).
 	Profile float64
 }
 
 // PeakForecast is the load to keep room for over [now, now+horizon]:
 //
 //	trend   = now + max(0, slope) x horizon, at most 2 x now
-//	profile = learned peak of the hours of the week the horizon touches
+//	profile = learned peak of the slots of the week the horizon touches
 //	peak    = max(now, trend, profile)
+//
+// The safety margin applies to the load now and the trend but not to the
+// profile (Planned).
 //
 // A falling trend never lowers the forecast below the load now: scaling in is
 // the autoscaler's business; the planner only keeps room. The trend is capped
@@ -123,4 +127,17 @@ func PeakForecastFrom(now, from time.Time, load float64, window time.Duration, t
 	}
 	f.Peak = max(load, f.Trend, f.Profile)
 	return f
+}
+
+// Now is the forecast that expects the load now and nothing more.
+func Now(load float64) Forecast { return Forecast{Peak: load, Trend: load} }
+
+// Planned is the load the forecast asks room for before the safety margin
+// (demand.Service.ForecastLoad): the load now and its trend get the margin,
+// the learned profile does not, since it is a peak already: the highest
+// load of the hours the window touches, not an estimate of the load around
+// which it scatters. So Assess keeps room for
+// max(max(now, trend) x (1 + margin), profile).
+func (f Forecast) Planned(margin float64) float64 {
+	return max(f.Trend, f.Profile/(1+max(margin, 0)))
 }

@@ -42,8 +42,8 @@ func TestForecastFromDiurnalHistory(t *testing.T) {
 	monday := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC) // a Monday
 	profile := learn(t, monday, 2)
 	week3 := monday.Add(14 * 24 * time.Hour)
-	if got := profile.Learned(); got != HoursPerWeek {
-		t.Fatalf("after two weeks %d hours are learned, want all %d", got, HoursPerWeek)
+	if got := profile.Learned(); got != SlotsPerWeek {
+		t.Fatalf("after two weeks %d slots are learned, want all %d", got, SlotsPerWeek)
 	}
 
 	tests := []struct {
@@ -55,8 +55,11 @@ func TestForecastFromDiurnalHistory(t *testing.T) {
 	}{
 		{"night: quiet, forecast stays at night level", week3.Add(3 * time.Hour), 8, 8, 8},
 		// 07:50 on a weekday: the load is still quiet, but the ramp starts
-		// within 15 minutes; the learned 08:00 hour brings headroom back now.
-		{"before the morning ramp: the profile brings the peak forward", week3.Add(7*time.Hour + 50*time.Minute), 8, 150, 160},
+		// within 15 minutes; the learned 08:00 slot brings headroom back now,
+		// for that slot's peak (08:14: 8 + 152 x 14/60).
+		{"before the morning ramp: the profile brings the ramp's first slot forward", week3.Add(7*time.Hour + 50*time.Minute), 8, 43.4, 43.5},
+		// 08:20: the window reaches the 08:30 slot (peak at 08:44), not the plateau.
+		{"on the ramp: room for the next slot's peak, not the hour's", week3.Add(8*time.Hour + 20*time.Minute), 58, 119.4, 119.5},
 		{"07:30: the ramp is beyond the horizon", week3.Add(7*time.Hour + 30*time.Minute), 8, 8, 8},
 		{"plateau: forecast is the plateau", week3.Add(12 * time.Hour), 160, 160, 160},
 		{"saturday morning: no ramp learned", week3.Add(5*24*time.Hour + 7*time.Hour + 50*time.Minute), 8, 8, 8},
@@ -71,15 +74,15 @@ func TestForecastFromDiurnalHistory(t *testing.T) {
 		})
 	}
 
-	t.Run("headroom before the ramp is in whole replicas", func(t *testing.T) {
-		at := week3.Add(7*time.Hour + 50*time.Minute)
-		f := PeakForecast(at, 8, DefaultHorizon, nil, profile)
-		one := Replica{Known: true, Running: 8, GPUs: 4}
-		need := Assess(Service{Name: "chat", TargetLoad: 16, Replicas: []Replica{one}, ForecastLoad: f.Peak, Margin: 0.1})
-		// ceil(peak x 1.1 / 16) replicas: one runs, the rest is headroom.
-		want := int(math.Ceil(f.Peak*1.1/16)) - 1
-		if need.Spare != want || need.Spare < 9 {
-			t.Fatalf("spare replicas = %d (%s), want %d", need.Spare, need.Reason, want)
+	t.Run("room for the profile's peak in whole replicas, without the margin on it", func(t *testing.T) {
+		at := week3.Add(8*time.Hour + 20*time.Minute)
+		f := PeakForecast(at, 58, DefaultHorizon, nil, profile)
+		one := Replica{Known: true, Running: 58, GPUs: 4}
+		need := Assess(Service{Name: "chat", TargetLoad: 16, Replicas: []Replica{one}, ForecastLoad: f.Planned(0.1), Margin: 0.1})
+		// ceil(max(58 x 1.1, 119.47) / 16) = 8 replicas: one runs, the rest is
+		// headroom; with the margin on the profile's peak too it would be 9.
+		if need.Spare != 7 {
+			t.Fatalf("spare replicas = %d (%s), want 7", need.Spare, need.Reason)
 		}
 	})
 }
@@ -124,7 +127,7 @@ func TestTrend(t *testing.T) {
 func TestProfileRoundTrip(t *testing.T) {
 	monday := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	p := learn(t, monday, 1)
-	p.Observe(monday.Add(7*24*time.Hour+90*time.Minute), 33) // an hour in progress
+	p.Observe(monday.Add(7*24*time.Hour+90*time.Minute), 33) // a slot in progress
 	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +139,11 @@ func TestProfileRoundTrip(t *testing.T) {
 	if back != *p {
 		t.Fatalf("profile changed on a round trip through %d bytes of JSON", len(raw))
 	}
-	if len(raw) > 16<<10 {
+	if len(raw) > 20<<10 {
 		t.Fatalf("a full week's profile takes %d bytes; it must stay small enough for an annotation", len(raw))
 	}
-	for _, bad := range []string{`{"v":2}`, `{"v":1,"hours":{"168":{"peak":1,"weeks":1}}}`, `{"v":1,"hours":{"3":{"peak":-1,"weeks":1}}}`, `not json`} {
+	for _, bad := range []string{`{"v":3}`, `{"v":2,"peak":[1],"weeks":[1]}`, `{"v":2,"peak":[1,2],"weeks":[1]}`,
+		`{"v":1,"hours":{"168":{"peak":1,"weeks":1}}}`, `{"v":1,"hours":{"3":{"peak":-1,"weeks":1}}}`, `not json`} {
 		if err := json.Unmarshal([]byte(bad), &back); err == nil {
 			t.Errorf("profile %s was accepted", bad)
 		}
@@ -149,25 +153,48 @@ func TestProfileRoundTrip(t *testing.T) {
 func TestProfileLearnsPeakAcrossWeeks(t *testing.T) {
 	monday := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	p := &Profile{}
-	// Week 1, Monday 10:00: load 100 for a moment; week 2: 50 throughout.
-	p.Observe(monday.Add(10*time.Hour), 20)
-	p.Observe(monday.Add(10*time.Hour+30*time.Minute), 100)
-	p.Observe(monday.Add(11*time.Hour), 20)
-	if peak, ok := p.PeakOver(monday.Add(7*24*time.Hour+10*time.Hour), time.Minute); !ok || peak != 100 {
-		t.Fatalf("after one week hour 10 = %g (learned %v), want its peak 100", peak, ok)
+	// Week 1, Monday 10:30-10:45: load 100 for a moment; week 2: 50 throughout.
+	p.Observe(monday.Add(10*time.Hour+30*time.Minute), 20)
+	p.Observe(monday.Add(10*time.Hour+40*time.Minute), 100)
+	p.Observe(monday.Add(10*time.Hour+45*time.Minute), 20)
+	at := func(week int, d time.Duration) time.Time { return monday.Add(time.Duration(week)*7*24*time.Hour + d) }
+	if peak, ok := p.PeakOver(at(1, 10*time.Hour+30*time.Minute), time.Minute); !ok || peak != 100 {
+		t.Fatalf("after one week slot 10:30 = %g (learned %v), want its peak 100", peak, ok)
 	}
-	p.Observe(monday.Add(7*24*time.Hour+10*time.Hour), 50)
-	p.Observe(monday.Add(7*24*time.Hour+11*time.Hour), 50)
-	peak, _ := p.PeakOver(monday.Add(14*24*time.Hour+10*time.Hour), time.Minute)
+	if _, ok := p.PeakOver(at(1, 10*time.Hour), time.Minute); ok {
+		t.Fatal("slot 10:00 was never observed, yet it is learned")
+	}
+	p.Observe(at(1, 10*time.Hour+30*time.Minute), 50)
+	p.Observe(at(1, 10*time.Hour+45*time.Minute), 50)
+	peak, _ := p.PeakOver(at(2, 10*time.Hour+30*time.Minute), time.Minute)
 	if want := 100 + DefaultProfileWeight*(50-100); math.Abs(peak-want) > 1e-9 {
-		t.Fatalf("after two weeks hour 10 = %g, want %g (smoothed)", peak, want)
+		t.Fatalf("after two weeks slot 10:30 = %g, want %g (smoothed)", peak, want)
 	}
-	// The hour in progress does not count until it is over.
-	if _, ok := p.PeakOver(monday.Add(7*24*time.Hour+11*time.Hour), time.Minute); !ok {
-		t.Fatal("hour 11 of week 1 should be learned")
+	// The slot in progress does not count until it is over.
+	if _, ok := p.PeakOver(at(1, 10*time.Hour+45*time.Minute), time.Minute); !ok {
+		t.Fatal("slot 10:45 of week 1 should be learned")
 	}
-	if got := p.Peak[HourOfWeek(monday.Add(11*time.Hour))]; got != 20 {
-		t.Fatalf("hour 11 = %g; the in-progress observation of 50 must not be folded in yet", got)
+	if got := p.Peak[SlotOfWeek(monday.Add(10*time.Hour+45*time.Minute))]; got != 20 {
+		t.Fatalf("slot 10:45 = %g; the in-progress observation of 50 must not be folded in yet", got)
+	}
+}
+
+// A profile stored by hour (version 1) is read into the four slots of each
+// hour, and its hour in progress into the hour's first slot.
+func TestProfileReadsHourlyVersion(t *testing.T) {
+	var p Profile
+	stored := `{"v":1,"hours":{"10":{"peak":40,"weeks":2}},"hour":"2026-03-02T11:00:00Z","hourPeak":7}`
+	if err := json.Unmarshal([]byte(stored), &p); err != nil {
+		t.Fatal(err)
+	}
+	monday := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	for m := time.Duration(0); m < time.Hour; m += SlotLength {
+		if s := SlotOfWeek(monday.Add(10*time.Hour + m)); p.Peak[s] != 40 || p.Weeks[s] != 2 {
+			t.Fatalf("slot %d (Monday 10:%02d) = peak %g over %d weeks, want 40 over 2", s, int(m.Minutes()), p.Peak[s], p.Weeks[s])
+		}
+	}
+	if p.Learned() != 4 || !p.Slot.Equal(monday.Add(11*time.Hour)) || p.SlotPeak != 7 {
+		t.Fatalf("read %d learned slots, slot in progress %s at %g; want 4, Monday 11:00 at 7", p.Learned(), p.Slot, p.SlotPeak)
 	}
 }
 

@@ -7,92 +7,99 @@ import (
 	"time"
 )
 
-// HoursPerWeek is the number of hour-of-week buckets in a Profile.
-const HoursPerWeek = 7 * 24
+// SlotLength is the step of a Profile: a quarter of an hour, the forecast
+// horizon's length, so that the horizon's window touches the slot it starts
+// in and the next one and keeps room for a learned peak only around when it
+// came, not through the whole hour it came in.
+const SlotLength = 15 * time.Minute
 
-// DefaultProfileWeight is how much one new week moves a learned hour.
+// SlotsPerWeek is the number of slots in a Profile.
+const SlotsPerWeek = int(7 * 24 * time.Hour / SlotLength)
+
+// DefaultProfileWeight is how much one new week moves a learned slot.
 const DefaultProfileWeight = 0.3
 
-// Profile is a service's load by hour of the week (UTC), learned online: each
-// hour's peak load, smoothed across weeks. The hour in progress is kept apart
-// and only folded in once it is over, so the forecast never learns from a
-// partial hour and a dip during this hour does not talk the forecast down.
+// Profile is a service's load by quarter-hour of the week (UTC), learned
+// online: each slot's peak load, smoothed across weeks. The slot in progress
+// is kept apart and only folded in once it is over, so the forecast never
+// learns from a partial slot and a dip during this slot does not talk the
+// forecast down.
 //
-// Hours are UTC so that a learned week stays aligned however the controller's
+// Slots are UTC so that a learned week stays aligned however the controller's
 // host is configured.
 type Profile struct {
-	// Peak[h] is the smoothed peak load of hour-of-week h (0 = Monday 00:00 UTC);
-	// meaningful only when Weeks[h] > 0.
-	Peak [HoursPerWeek]float64
-	// Weeks[h] counts the weeks hour h was observed in.
-	Weeks [HoursPerWeek]int
-	// Hour is the hour in progress (start time, UTC) and its peak so far.
-	Hour     time.Time
-	HourPeak float64
+	// Peak[s] is the smoothed peak load of slot-of-week s (0 = Monday 00:00
+	// UTC); meaningful only when Weeks[s] > 0.
+	Peak [SlotsPerWeek]float64
+	// Weeks[s] counts the weeks slot s was observed in.
+	Weeks [SlotsPerWeek]int
+	// Slot is the slot in progress (start time, UTC) and SlotPeak its peak so far.
+	Slot     time.Time
+	SlotPeak float64
 	// Weight is the smoothing weight of a new week; <= 0 means DefaultProfileWeight.
 	Weight float64
 }
 
-// HourOfWeek is the bucket of t: hours since Monday 00:00 UTC.
-func HourOfWeek(t time.Time) int {
+// SlotOfWeek is the slot of t: quarter-hours since Monday 00:00 UTC.
+func SlotOfWeek(t time.Time) int {
 	t = t.UTC()
 	day := (int(t.Weekday()) + 6) % 7 // Monday = 0
-	return day*24 + t.Hour()
+	return int((time.Duration(day)*24*time.Hour + time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute) / SlotLength)
 }
 
-// Observe records load at time now. Observations older than the hour in
+// Observe records load at time now. Observations older than the slot in
 // progress are ignored (clocks do not run backwards for the profile).
 func (p *Profile) Observe(now time.Time, load float64) {
 	if !(load >= 0) || math.IsInf(load, 1) {
 		return
 	}
-	hour := now.UTC().Truncate(time.Hour)
+	slot := now.UTC().Truncate(SlotLength)
 	switch {
-	case p.Hour.IsZero():
-		p.Hour, p.HourPeak = hour, load
+	case p.Slot.IsZero():
+		p.Slot, p.SlotPeak = slot, load
 		return
-	case hour.Before(p.Hour):
+	case slot.Before(p.Slot):
 		return
-	case hour.After(p.Hour):
+	case slot.After(p.Slot):
 		p.fold()
-		p.Hour, p.HourPeak = hour, load
+		p.Slot, p.SlotPeak = slot, load
 		return
 	}
-	p.HourPeak = max(p.HourPeak, load)
+	p.SlotPeak = max(p.SlotPeak, load)
 }
 
-// fold adds the finished hour in progress to its bucket.
+// fold adds the finished slot in progress to its place in the week.
 func (p *Profile) fold() {
 	w := p.Weight
 	if w <= 0 || w > 1 {
 		w = DefaultProfileWeight
 	}
-	h := HourOfWeek(p.Hour)
-	if p.Weeks[h] == 0 {
-		p.Peak[h] = p.HourPeak
+	s := SlotOfWeek(p.Slot)
+	if p.Weeks[s] == 0 {
+		p.Peak[s] = p.SlotPeak
 	} else {
-		p.Peak[h] += w * (p.HourPeak - p.Peak[h])
+		p.Peak[s] += w * (p.SlotPeak - p.Peak[s])
 	}
-	p.Weeks[h]++
+	p.Weeks[s]++
 }
 
-// PeakOver is the highest learned load of the hours that [from, from+horizon]
+// PeakOver is the highest learned load of the slots that [from, from+window]
 // touches, and whether any of them has been learned.
-func (p *Profile) PeakOver(from time.Time, horizon time.Duration) (float64, bool) {
+func (p *Profile) PeakOver(from time.Time, window time.Duration) (float64, bool) {
 	var peak float64
 	learned := false
-	end := from.Add(horizon)
-	for t := from.UTC().Truncate(time.Hour); !t.After(end); t = t.Add(time.Hour) {
-		h := HourOfWeek(t)
-		if p.Weeks[h] > 0 {
-			peak = max(peak, p.Peak[h])
+	end := from.Add(window)
+	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
+		s := SlotOfWeek(t)
+		if p.Weeks[s] > 0 {
+			peak = max(peak, p.Peak[s])
 			learned = true
 		}
 	}
 	return peak, learned
 }
 
-// Learned counts the hours of the week with at least one week of history.
+// Learned counts the slots of the week with at least one week of history.
 func (p *Profile) Learned() int {
 	n := 0
 	for _, w := range p.Weeks {
@@ -103,10 +110,17 @@ func (p *Profile) Learned() int {
 	return n
 }
 
-// profileJSON is the stored form: only learned hours, keyed by hour of week,
-// so an annotation stays small.
+// profileJSON is the stored form. Version 2: a peak and a count of weeks
+// for every slot of the week, in order (0 where nothing is learned), and the
+// slot in progress. Version 1 stored only learned hours, keyed by hour of
+// week (Hours, Hour, HourPeak); it is still read, each hour into its four
+// slots.
 type profileJSON struct {
 	Version  int                 `json:"v"`
+	Peak     []float64           `json:"peak,omitempty"`
+	Weeks    []int               `json:"weeks,omitempty"`
+	Slot     *time.Time          `json:"slot,omitempty"`
+	SlotPeak float64             `json:"slotPeak,omitempty"`
 	Hours    map[int]learnedHour `json:"hours,omitempty"`
 	Hour     *time.Time          `json:"hour,omitempty"`
 	HourPeak float64             `json:"hourPeak,omitempty"`
@@ -117,45 +131,82 @@ type learnedHour struct {
 	Weeks int     `json:"weeks"`
 }
 
-// MarshalJSON stores the profile compactly: learned hours only. Values are
-// stored exactly, so a profile read back plans exactly as before.
+// profileVersion is the stored form's version; UnmarshalJSON also reads 1.
+const profileVersion = 2
+
+// MarshalJSON stores the profile. Values are stored exactly, so a profile
+// read back plans exactly as before; a full week of fractional loads takes
+// about 14 KB, of whole request counts about 4 KB.
 func (p Profile) MarshalJSON() ([]byte, error) {
-	out := profileJSON{Version: 1, Hours: map[int]learnedHour{}, HourPeak: p.HourPeak}
-	for h := range HoursPerWeek {
-		if p.Weeks[h] > 0 {
-			out.Hours[h] = learnedHour{Peak: p.Peak[h], Weeks: p.Weeks[h]}
-		}
+	out := profileJSON{Version: profileVersion, SlotPeak: p.SlotPeak}
+	if p.Learned() > 0 {
+		out.Peak, out.Weeks = p.Peak[:], p.Weeks[:]
 	}
-	if !p.Hour.IsZero() {
-		hour := p.Hour.UTC()
-		out.Hour = &hour
+	if !p.Slot.IsZero() {
+		slot := p.Slot.UTC()
+		out.Slot = &slot
 	}
 	return json.Marshal(out)
 }
 
-// UnmarshalJSON reads a stored profile, rejecting what it cannot trust.
+// UnmarshalJSON reads a stored profile, rejecting what it cannot trust. A
+// version 1 profile (by hour) is read into slots: each learned hour's peak
+// becomes its four slots', and the hour in progress its first slot.
 func (p *Profile) UnmarshalJSON(data []byte) error {
 	var in profileJSON
 	if err := json.Unmarshal(data, &in); err != nil {
 		return err
 	}
-	if in.Version != 1 {
-		return fmt.Errorf("profile version %d is not 1", in.Version)
-	}
 	var q Profile
 	q.Weight = p.Weight
-	for h, l := range in.Hours {
-		if h < 0 || h >= HoursPerWeek || l.Weeks <= 0 || !(l.Peak >= 0) || math.IsInf(l.Peak, 1) {
-			return fmt.Errorf("profile hour %d (peak %g, weeks %d) is out of range", h, l.Peak, l.Weeks)
+	current, peak := in.Slot, in.SlotPeak
+	switch in.Version {
+	case profileVersion:
+		if len(in.Peak) != len(in.Weeks) || (len(in.Peak) != 0 && len(in.Peak) != SlotsPerWeek) {
+			return fmt.Errorf("profile has %d peaks and %d week counts; want %d of each", len(in.Peak), len(in.Weeks), SlotsPerWeek)
 		}
-		q.Peak[h], q.Weeks[h] = l.Peak, l.Weeks
+		for s := range in.Peak {
+			if err := q.learn(s, in.Peak[s], in.Weeks[s], in.Weeks[s] == 0); err != nil {
+				return err
+			}
+		}
+	case 1:
+		perHour := int(time.Hour / SlotLength)
+		for h, l := range in.Hours {
+			if h < 0 || h >= SlotsPerWeek/perHour {
+				return fmt.Errorf("profile hour %d is out of range", h)
+			}
+			for s := h * perHour; s < (h+1)*perHour; s++ {
+				if err := q.learn(s, l.Peak, l.Weeks, false); err != nil {
+					return fmt.Errorf("profile hour %d: %w", h, err)
+				}
+			}
+		}
+		current, peak = in.Hour, in.HourPeak
+	default:
+		return fmt.Errorf("profile version %d is neither 1 nor %d", in.Version, profileVersion)
 	}
-	if in.Hour != nil {
-		if !(in.HourPeak >= 0) || math.IsInf(in.HourPeak, 1) {
-			return fmt.Errorf("profile hour in progress has peak %g", in.HourPeak)
+	if current != nil {
+		if !(peak >= 0) || math.IsInf(peak, 1) {
+			return fmt.Errorf("profile slot in progress has peak %g", peak)
 		}
-		q.Hour, q.HourPeak = in.Hour.UTC().Truncate(time.Hour), in.HourPeak
+		q.Slot, q.SlotPeak = current.UTC().Truncate(SlotLength), peak
 	}
 	*p = q
+	return nil
+}
+
+// learn sets slot s from stored values after checking them; unlearned, the
+// slot must hold nothing.
+func (p *Profile) learn(s int, peak float64, weeks int, unlearned bool) error {
+	switch {
+	case unlearned && peak != 0:
+		return fmt.Errorf("profile slot %d has peak %g but no week", s, peak)
+	case unlearned:
+		return nil
+	case weeks <= 0 || !(peak >= 0) || math.IsInf(peak, 1):
+		return fmt.Errorf("profile slot %d (peak %g, weeks %d) is out of range", s, peak, weeks)
+	}
+	p.Peak[s], p.Weeks[s] = peak, weeks
 	return nil
 }

@@ -227,11 +227,11 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 		}
 	}
 	for step := AvailabilityStep; left > 0 && step <= AvailabilityHorizon; step += AvailabilityStep {
-		h := headroomFor(d.Services, func(s ServiceDecision) float64 {
+		h := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast {
 			if p.cfg.Oracle != nil {
-				return p.cfg.Oracle(s.Key, now.Add(step-AvailabilityStep), AvailabilityStep)
+				return demand.Now(p.cfg.Oracle(s.Key, now.Add(step-AvailabilityStep), AvailabilityStep))
 			}
-			return demand.PeakForecastFrom(now, now.Add(step-AvailabilityStep), s.load, AvailabilityStep, s.trend, s.profile).Peak
+			return demand.PeakForecastFrom(now, now.Add(step-AvailabilityStep), s.load, AvailabilityStep, s.trend, s.profile)
 		})
 		if plans == nil || !slices.Equal(h, headroom) {
 			headroom, plans = h, harvest.NodePlans(plans, obs.Nodes, h)

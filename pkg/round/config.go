@@ -30,8 +30,12 @@ type Config struct {
 	// demand.DefaultTrendWindow.
 	TrendWindow time.Duration
 	// Margin is the safety margin on forecast load, as a fraction. Zero means
-	// DefaultMargin; negative means none.
+	// DefaultMargin; negative means none. It is kept for one service at a
+	// time, the one it keeps the most room for, unless MarginPerService.
 	Margin float64
+	// MarginPerService keeps the margin for every service at once: fewer
+	// replicas wait for lent GPUs to be evicted, and less is lent.
+	MarginPerService bool
 	// OpenAfter is how long a node's capacity must stay spare before it is lent
 	// (draining is never delayed). Zero lends at once.
 	OpenAfter time.Duration
@@ -45,10 +49,10 @@ type Config struct {
 	// Autoscale tunes the autoscaler of the services that opt in.
 	Autoscale autoscale.Config
 	// ProfileWriteInterval bounds how often a service's learned profile is
-	// offered for saving (also when an hour ends). Zero means 5 minutes.
+	// offered for saving (also when a profile slot ends). Zero means 5 minutes.
 	ProfileWriteInterval time.Duration
 	// WithoutProfile forecasts from the load and its trend alone, ignoring the
-	// learned hour-of-week profile (the simulator's continuous and nightly
+	// learned profile of the week (the simulator's continuous and nightly
 	// policies); gleaner-controller always uses the profile.
 	WithoutProfile bool
 	// WithoutTrend leaves the trend out of the forecast (a diagnostic).

@@ -33,27 +33,24 @@ func (p *Planner) Outlook(obs Observation, d Decision, span, step time.Duration)
 	now := obs.Now
 	out := make([]OutlookPoint, 0, int(span/step))
 	for from := now; from.Before(now.Add(span)); from = from.Add(step) {
-		expected := func(s ServiceDecision) float64 {
+		expected := func(s ServiceDecision) demand.Forecast {
 			if p.cfg.WithoutProfile || s.profile == nil {
-				return s.load
+				return demand.Now(s.load)
 			}
 			if v, ok := s.profile.PeakOver(from, step); ok {
-				return v
+				return demand.Forecast{Peak: v, Profile: v}
 			}
-			return s.load
+			return demand.Now(s.load)
 		}
-		cautious := func(s ServiceDecision) float64 {
-			return demand.PeakForecastFrom(now, from, s.load, step, s.trend, s.profile).Peak
+		cautious := func(s ServiceDecision) demand.Forecast {
+			return demand.PeakForecastFrom(now, from, s.load, step, s.trend, s.profile)
 		}
 		pt := OutlookPoint{Time: from}
-		for _, s := range d.Services {
-			in := s.in
-			in.ForecastLoad = expected(s)
-			need := demand.Assess(in)
+		for _, need := range p.needs(d.Services, expected) {
 			pt.InferenceGPUs += int64(need.Needed) * need.GPUsPerReplica
 		}
-		pt.LendableLow = lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, headroomFor(d.Services, cautious)))
-		pt.LendableHigh = max(pt.LendableLow, lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, headroomFor(d.Services, expected))))
+		pt.LendableLow = lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, cautious)))
+		pt.LendableHigh = max(pt.LendableLow, lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, expected))))
 		out = append(out, pt)
 	}
 	return out

@@ -1,6 +1,7 @@
 package round
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
 	peak := t0.Add(5 * time.Hour) // 15:00
-	stored := fmt.Sprintf(`{"v":1,"hours":{"%d":{"peak":40,"weeks":2}}}`, demand.HourOfWeek(peak))
+	stored := hourlyProfile(map[time.Time]float64{peak: 40})
 	obs := Observation{Now: t0, Nodes: nodes, Published: map[string]int64{},
 		Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: stored, Replicas: replicas(1, 10, 0),
 			Settings: demand.Settings{TargetLoad: 16}}}}
@@ -49,4 +50,21 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 	if p.Outlook(obs, d, 0, time.Hour) != nil || p.Outlook(obs, d, time.Hour, 0) != nil {
 		t.Error("an empty span or step gave points")
 	}
+}
+
+// hourlyProfile is a stored profile learned by hour (version 1, read into
+// the hours' slots) with each hour that holds one of at a peak, over two
+// weeks.
+func hourlyProfile(peaks map[time.Time]float64) string {
+	hours := map[string]any{}
+	for at, peak := range peaks {
+		at = at.UTC()
+		hour := ((int(at.Weekday())+6)%7)*24 + at.Hour()
+		hours[fmt.Sprint(hour)] = map[string]any{"peak": peak, "weeks": 2}
+	}
+	raw, err := json.Marshal(map[string]any{"v": 1, "hours": hours})
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
 }

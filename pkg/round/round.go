@@ -124,7 +124,8 @@ type Warning struct{ Since, At time.Time }
 type ServiceDecision struct {
 	Key string
 	// Need is what the service needs now and over the horizon: its Spare
-	// replicas are the headroom kept for it.
+	// replicas are the headroom kept for it. The safety margin is in it only
+	// for the service it keeps the most room for (Planner.needs).
 	Need demand.Need
 	// Soon is the need over the reclaim lead: what lent GPUs are evicted for.
 	Soon     demand.Need
@@ -137,6 +138,8 @@ type ServiceDecision struct {
 	load    float64
 	trend   *demand.Trend
 	profile *demand.Profile
+	// soon is the forecast over the reclaim lead.
+	soon demand.Forecast
 }
 
 // Scale is one autoscaler decision that changes a service's replicas.
@@ -327,14 +330,18 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 			return demand.PeakForecast(now, now0.Load, window, trend, profile)
 		}
 		sd.Forecast = forecast(p.cfg.Horizon)
-		in.ForecastLoad = sd.Forecast.Peak
-		sd.Need = demand.Assess(in)
-		sd.Soon = sd.Need
 		if p.cfg.justInTime() {
-			in.ForecastLoad = forecast(p.cfg.ReclaimLead).Peak
-			sd.Soon = demand.Assess(in)
+			sd.soon = forecast(p.cfg.ReclaimLead)
 		}
 		out = append(out, sd)
+	}
+	need := p.needs(out, func(s ServiceDecision) demand.Forecast { return s.Forecast })
+	soon := need
+	if p.cfg.justInTime() {
+		soon = p.needs(out, func(s ServiceDecision) demand.Forecast { return s.soon })
+	}
+	for i := range out {
+		out[i].Need, out[i].Soon = need[i], soon[i]
 	}
 	for key := range p.services {
 		if !seen[key] {
@@ -405,17 +412,18 @@ func (svc *service) load(s Service) []string {
 }
 
 // ProfilesDue lists the declared services' learned profiles that changed since
-// last saved and are due: the hour rolled over or ProfileWriteInterval passed
-// since the last save (force: now, e.g. on shutdown). The API thus sees a few
-// writes an hour per service at most. Report each one saved with ProfileSaved.
+// last saved and are due: the profile's slot rolled over (a quarter of an
+// hour ended and was learned) or ProfileWriteInterval passed since the last
+// save (force: now, e.g. on shutdown). The API thus sees a few writes an hour
+// per service at most. Report each one saved with ProfileSaved.
 func (p *Planner) ProfilesDue(now time.Time, force bool) []ProfileWrite {
 	var out []ProfileWrite
 	for key, svc := range p.services {
 		if !svc.declared || !svc.loaded {
 			continue
 		}
-		hourChanged := !svc.savedAt.IsZero() && now.Truncate(time.Hour) != svc.savedAt.Truncate(time.Hour)
-		if !force && !hourChanged && now.Sub(svc.savedAt) < p.cfg.ProfileWriteInterval {
+		slotChanged := !svc.savedAt.IsZero() && now.Truncate(demand.SlotLength) != svc.savedAt.Truncate(demand.SlotLength)
+		if !force && !slotChanged && now.Sub(svc.savedAt) < p.cfg.ProfileWriteInterval {
 			continue
 		}
 		raw, err := json.Marshal(svc.profile)
@@ -469,8 +477,8 @@ func (p *Planner) warnPlan(obs Observation, services []ServiceDecision, horizon 
 	if p.cfg.noticeHorizon() <= p.cfg.Horizon {
 		return horizon
 	}
-	far := harvest.MakePlan(obs.Nodes, headroomFor(services, func(s ServiceDecision) float64 {
-		return demand.PeakForecast(obs.Now, s.load, p.cfg.noticeHorizon(), s.trend, s.profile).Peak
+	far := harvest.MakePlan(obs.Nodes, p.headroomFor(services, func(s ServiceDecision) demand.Forecast {
+		return demand.PeakForecast(obs.Now, s.load, p.cfg.noticeHorizon(), s.trend, s.profile)
 	}))
 	var out harvest.Plan
 	for name, np := range far.Nodes {
@@ -523,8 +531,8 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lea
 		}
 	}
 	for step := p.cfg.noticeStep(); len(at) < len(deferred) && step <= span; step += p.cfg.noticeStepAt(step) {
-		h := headroomFor(d.Services, func(s ServiceDecision) float64 {
-			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile).Peak
+		h := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast {
+			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile)
 		})
 		if !planned || !slices.Equal(h, headroom) { // else the same plan again
 			headroom, later, planned = h, harvest.NodePlans(later, obs.Nodes, h), true
@@ -649,7 +657,7 @@ func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
 // owingToLoadNow names the nodes that owe lent GPUs to what the services need
 // for their load now, forecast aside: inference is already waiting there.
 func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
-	headroom := headroomFor(d.Services, func(s ServiceDecision) float64 { return s.load })
+	headroom := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast { return demand.Now(s.load) })
 	out := map[string]bool{}
 	for name, np := range harvest.MakePlan(obs.Nodes, headroom).Nodes {
 		if np.ReclaimGPUs > 0 {
@@ -659,16 +667,46 @@ func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
 	return out
 }
 
-// headroomFor is the headroom the services need for the load forecast gives
-// each, assessed as this round assessed them.
-func headroomFor(services []ServiceDecision, forecast func(ServiceDecision) float64) []harvest.Headroom {
+// headroomFor is the headroom the services need for the forecast each is
+// given, assessed as this round assessed them (needs).
+func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast) []harvest.Headroom {
 	var out []harvest.Headroom
-	for _, s := range services {
-		in := s.in
-		in.ForecastLoad = forecast(s)
-		out = appendHeadroom(out, s.Key, demand.Assess(in))
+	for i, need := range p.needs(services, forecast) {
+		out = appendHeadroom(out, services[i].Key, need)
 	}
 	return out
+}
+
+// needs assesses each service for the forecast it is given, with the safety
+// margin kept for one service only (unless Config.MarginPerService): the one
+// whose margin asks the most GPUs (the first of equals). The margin is room
+// for a rise the forecast did not see, and the pool's spare GPUs serve
+// whichever service it comes to; kept for every service, margins add up
+// across the services as if every one rose at once. Rises in several
+// services at once are what the reclaim budget is for: a replica that finds
+// no room gets lent GPUs back within it.
+func (p *Planner) needs(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast) []demand.Need {
+	needs := make([]demand.Need, len(services))
+	var margined demand.Need
+	best, most := -1, int64(0)
+	for i, s := range services {
+		f, in := forecast(s), s.in
+		in.ForecastLoad = f.Planned(in.Margin)
+		m := demand.Assess(in)
+		if p.cfg.MarginPerService {
+			needs[i] = m
+			continue
+		}
+		in.Margin, in.ForecastLoad = -1, f.Planned(0)
+		needs[i] = demand.Assess(in)
+		if extra := int64(m.Spare-needs[i].Spare) * m.GPUsPerReplica; extra > most {
+			best, most, margined = i, extra, m
+		}
+	}
+	if best >= 0 {
+		needs[best] = margined
+	}
+	return needs
 }
 
 // appendHeadroom adds the room a service's need keeps for its spare

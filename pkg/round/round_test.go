@@ -1,7 +1,6 @@
 package round
 
 import (
-	"encoding/json"
 	"math"
 	"reflect"
 	"strings"
@@ -94,6 +93,46 @@ func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
 	}
 	if d.Plan.Nodes["n2"].State != api.HarvestDraining {
 		t.Errorf("n2 %+v, want draining", d.Plan.Nodes["n2"])
+	}
+}
+
+// The margin is kept for one service at a time: of two services at 16
+// requests a replica, whose 10% margin each asks one more replica, only the
+// one with the larger replicas (8 GPUs) keeps room for it; the other keeps
+// none. Kept per service (MarginPerService), both keep theirs.
+func TestMarginIsKeptForOneServiceAtATime(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 8, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n3", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+		{Name: "n4", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+	}
+	big := []demand.Replica{{Known: true, Running: 16, GPUs: 8}}
+	obs := Observation{Now: t0, Nodes: nodes, Published: map[string]int64{},
+		Services: []Service{
+			{Key: "serving/small", Declared: true, Replicas: replicas(1, 16, 0), Settings: demand.Settings{TargetLoad: 16}},
+			{Key: "serving/big", Declared: true, Replicas: big, Settings: demand.Settings{TargetLoad: 16}},
+		}}
+	spare := func(d Decision) map[string]int {
+		out := map[string]int{}
+		for _, s := range d.Services {
+			out[s.Key] = s.Need.Spare
+		}
+		return out
+	}
+	d := New(Config{OpenAfter: 0}).Plan(obs)
+	if got, want := spare(d), map[string]int{"serving/small": 0, "serving/big": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("spare replicas %v, want %v", got, want)
+	}
+	if lent := lendable(nodes, d.Plan); lent != 12 {
+		t.Fatalf("%d GPUs lendable, want 12 (8 kept for one replica of serving/big): %+v", lent, d.Plan.Nodes)
+	}
+	d = New(Config{OpenAfter: 0, MarginPerService: true}).Plan(obs)
+	if got, want := spare(d), map[string]int{"serving/small": 1, "serving/big": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("per service: spare replicas %v, want %v", got, want)
+	}
+	if lent := lendable(nodes, d.Plan); lent != 8 {
+		t.Fatalf("per service: %d GPUs lendable, want 8: %+v", lent, d.Plan.Nodes)
 	}
 }
 
@@ -419,18 +458,13 @@ func TestAvailability(t *testing.T) {
 		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
-	var profile demand.Profile
-	profile.Peak[demand.HourOfWeek(t0)], profile.Weeks[demand.HourOfWeek(t0)] = 10, 1
+	// Learned by hour (a version 1 profile: each hour is read into its slots).
 	peak := t0.Add(2 * time.Hour)
-	profile.Peak[demand.HourOfWeek(peak)], profile.Weeks[demand.HourOfWeek(peak)] = 40, 1 // 3 replicas: 2 more
-	stored, err := json.Marshal(profile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := hourlyProfile(map[time.Time]float64{t0: 10, peak: 40}) // at the peak 3 replicas: 2 more
 	p := New(Config{OpenAfter: 0, Margin: -1})
 	obs := func(now time.Time) Observation {
 		return Observation{Now: now, Nodes: nodes,
-			Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: string(stored), Replicas: replicas(1, 10, 0),
+			Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: stored, Replicas: replicas(1, 10, 0),
 				Settings: demand.Settings{TargetLoad: 16}}}}
 	}
 	d := p.Plan(obs(t0))

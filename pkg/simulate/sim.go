@@ -32,7 +32,7 @@
 //  4. The controller's round, round.Planner.Plan, with the policy's settings
 //     (Config.RoundConfig): each bound replica is a Known replica carrying an equal
 //     share of the load (load beyond the capacity of a replica is waiting
-//     requests); the forecast policy uses the hour-of-week profile learned
+//     requests); the forecast policy uses the quarter-hour-of-week profile learned
 //     online, the others the load and its trend alone; the nightly policy
 //     lends only within NightlyWindows. The round's victims are evicted (every
 //     eviction goes through: a simulated cluster has no PodDisruptionBudgets);
@@ -93,7 +93,7 @@ const (
 	Nightly Policy = "nightly"
 	// Continuous lends what is spare now, keeping headroom from the trend alone.
 	Continuous Policy = "continuous"
-	// Forecast is Continuous plus each service's learned hour-of-week profile.
+	// Forecast is Continuous plus each service's learned quarter-hour-of-week profile.
 	Forecast Policy = "forecast"
 	// Oracle knows each service's future load exactly: it lends every GPU no
 	// replica will want within the grace period and a step, and evicts just in
@@ -164,8 +164,10 @@ type Config struct {
 	// NoticeHorizon: pods on nodes whose lent GPUs the forecast over it needs
 	// get reclaim notices (round.Config.NoticeHorizon; at least Horizon).
 	NoticeHorizon time.Duration
-	// Margin is the demand model's safety margin (the controller's default is 0.1).
-	Margin float64
+	// Margin is the demand model's safety margin (the controller's default is
+	// 0.1), kept for one service at a time unless MarginPerService.
+	Margin           float64
+	MarginPerService bool
 
 	// NightlyWindows are the harvest windows of the nightly policy (UTC).
 	NightlyWindows string
@@ -230,6 +232,7 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 		ReclaimLead:      c.ReclaimLead,
 		NoticeHorizon:    c.NoticeHorizon,
 		Margin:           c.Margin,
+		MarginPerService: c.MarginPerService,
 		OpenAfter:        c.OpenAfter,
 		OpenAfterBackoff: max(c.OpenAfterBackoff, 1),
 		OpenAfterRelax:   c.OpenAfterRelax,

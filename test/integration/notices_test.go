@@ -41,8 +41,8 @@ func TestReclaimNotices(t *testing.T) {
 		peak = peak.Add(time.Hour)
 	}
 	var profile demand.Profile
-	profile.Peak[demand.HourOfWeek(now)], profile.Weeks[demand.HourOfWeek(now)] = 4, 1
-	profile.Peak[demand.HourOfWeek(peak)], profile.Weeks[demand.HourOfWeek(peak)] = 100, 1
+	profile.Peak[demand.SlotOfWeek(now)], profile.Weeks[demand.SlotOfWeek(now)] = 4, 1
+	profile.Peak[demand.SlotOfWeek(peak)], profile.Weeks[demand.SlotOfWeek(peak)] = 100, 1
 	stored, err := json.Marshal(profile)
 	if err != nil {
 		t.Fatal(err)
