@@ -58,8 +58,7 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 func hourlyProfile(peaks map[time.Time]float64) string {
 	hours := map[string]any{}
 	for at, peak := range peaks {
-		at = at.UTC()
-		hour := ((int(at.Weekday())+6)%7)*24 + at.Hour()
+		hour := demand.SlotOfWeek(at) / int(time.Hour/demand.SlotLength)
 		hours[fmt.Sprint(hour)] = map[string]any{"peak": peak, "weeks": 2}
 	}
 	raw, err := json.Marshal(map[string]any{"v": 1, "hours": hours})

@@ -325,7 +325,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		forecast := func(window time.Duration) demand.Forecast {
 			if p.cfg.Oracle != nil {
 				peak := p.cfg.Oracle(s.Key, now, window)
-				return demand.Forecast{Peak: peak, Trend: peak, Profile: peak}
+				return demand.Now(peak)
 			}
 			return demand.PeakForecast(now, now0.Load, window, trend, profile)
 		}
