@@ -1,6 +1,7 @@
 package round
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
 	"strings"
@@ -554,5 +555,91 @@ func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
 	}
 	if av := d.Availability[0]; av.For != 2*time.Hour || av.Survive != [2]float64{1, 0} {
 		t.Fatalf("%+v: want 2h, an hour likely (the forecast's word), four hours certainly not", av)
+	}
+}
+
+// Two services that took turns at their peak through a quarter-hour last
+// week: each kept room for its own peak, but together they never needed
+// more than one of the peaks at once. The pool's learned profile scales
+// their room down to that, once it is learned for every slot the horizon
+// touches and only while every service's load is whole; it survives a
+// restart through PoolProfile and RestorePoolProfile.
+func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
+	obs := func(at time.Time, loads [2]float64, stored [2]string) Observation {
+		o := Observation{Now: at, Published: map[string]int64{}, Nodes: []harvest.Node{
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 8, HostsInference: true},
+			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+		}}
+		for i, key := range []string{"serving/a", "serving/b"} {
+			o.Services = append(o.Services, Service{Key: key, Declared: true, StoredProfile: stored[i],
+				Replicas: replicas(1, loads[i], 0), Settings: demand.Settings{TargetLoad: 16}})
+		}
+		return o
+	}
+	// Last week: a at 32 requests while b idles, then the other way round,
+	// in two quarter-hours; a third one ends the second.
+	week := 7 * 24 * time.Hour
+	learn := New(Config{Margin: -1})
+	for _, r := range []struct {
+		after time.Duration
+		loads [2]float64
+	}{{0, [2]float64{32, 0}}, {5 * time.Minute, [2]float64{0, 32}}, {15 * time.Minute, [2]float64{32, 0}},
+		{20 * time.Minute, [2]float64{0, 32}}, {30 * time.Minute, [2]float64{0, 0}}} {
+		learn.Plan(obs(t0.Add(r.after-week), r.loads, [2]string{}))
+	}
+	var stored [2]string
+	for i, w := range learn.ProfilesDue(t0, true) {
+		stored[i] = w.JSON
+	}
+	pool := learn.PoolProfile()
+	var ratios demand.PoolProfile
+	if err := json.Unmarshal([]byte(pool), &ratios); err != nil || ratios.Learned() != 2 || ratios.Ratio[demand.SlotOfWeek(t0)] != 0.5 {
+		t.Fatalf("pool profile %s (%v): want a ratio of 0.5 learned for two slots", pool, err)
+	}
+
+	spare := func(cfg Config, restore string, loads [2]float64, unknown bool) []int {
+		p := New(cfg)
+		if err := p.RestorePoolProfile(restore); err != nil {
+			t.Fatal(err)
+		}
+		o := obs(t0, loads, stored)
+		if unknown {
+			o.Services[1].Replicas = append(o.Services[1].Replicas, demand.Replica{GPUs: 4})
+		}
+		var out []int
+		for _, s := range p.Plan(o).Services {
+			out = append(out, s.Need.Spare)
+		}
+		return out
+	}
+	// Each at 8 requests (1 GPU's worth of 4) with a learned peak of 32: room
+	// for one more replica each (6 GPUs' worth of room each) as if both
+	// peaked at once. The pool peaked at half the sum of the peaks (8 GPUs'
+	// worth), 4 above the load now: a third of the room, 16 requests each, which
+	// the replica each runs holds.
+	both := [2]float64{8, 8}
+	if got := spare(Config{Margin: -1}, pool, both, false); !reflect.DeepEqual(got, []int{0, 0}) {
+		t.Errorf("pooled: spare replicas %v, want none", got)
+	}
+	if got := spare(Config{Margin: -1, ProfilePerService: true}, pool, both, false); !reflect.DeepEqual(got, []int{1, 1}) {
+		t.Errorf("per service: spare replicas %v, want one each", got)
+	}
+	if got := spare(Config{Margin: -1}, "", both, false); !reflect.DeepEqual(got, []int{1, 1}) {
+		t.Errorf("pool profile not learned: spare replicas %v, want one each", got)
+	}
+	// b's second replica has no metrics: the pool's load now is not known.
+	if got := spare(Config{Margin: -1}, pool, both, true); got[0] != 1 {
+		t.Errorf("a service's load unknown: spare replicas %v, want one for serving/a", got)
+	}
+
+	p := New(Config{})
+	for _, bad := range []string{"{", `{"v":2}`, `{"v":1,"ratio":[0.5],"weeks":[1]}`,
+		strings.Replace(pool, "0.5", "1.5", 1), strings.Replace(pool, `"weeks":[`, `"weeks":[0,`, 1)} {
+		if err := p.RestorePoolProfile(bad); err == nil {
+			t.Errorf("RestorePoolProfile(%.60q) took it", bad)
+		}
+	}
+	if p.PoolProfile() != `{"v":1}` {
+		t.Errorf("pool profile %s after refused restores, want nothing learned", p.PoolProfile())
 	}
 }

@@ -1,0 +1,179 @@
+package demand
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// PoolProfile learns how far the pool's peak falls short of the sum of its
+// services' peaks, by slot of the week: each service's Profile keeps room
+// for its own highest quarter-hour, but services that share a pool seldom
+// peak in the same minutes of the quarter-hour, so room kept for all of
+// their peaks at once is more than the pool ever needed.
+//
+// For each slot it learns the ratio of the peak of the services' summed
+// load (in GPUs: load over target, times GPUs per replica) to the sum of
+// their own peaks in the same slot, smoothed across weeks like a Profile.
+// A ratio, not the pool's peak itself: a service that joins the pool brings
+// its own peaks into the sum at once, where a learned pool peak would lack
+// them until a week had passed.
+//
+// A slot is learned only if every round in it saw every service's whole
+// load (Observe's complete): a load unknown to the sum would make the pool
+// look calmer than it was.
+type PoolProfile struct {
+	// Ratio[s] is the smoothed ratio of slot-of-week s, in (0, 1];
+	// meaningful only when Weeks[s] > 0.
+	Ratio [SlotsPerWeek]float64
+	Weeks [SlotsPerWeek]int
+	// Slot is the slot in progress; SlotPeak the peak of the summed load in
+	// it so far, Peaks each service's peak, Spoiled whether a round in it
+	// missed some service's load.
+	Slot     time.Time
+	SlotPeak float64
+	Peaks    map[string]float64
+	Spoiled  bool
+	// Weight is the smoothing weight of a new week; <= 0 means DefaultProfileWeight.
+	Weight float64
+}
+
+// Observe records one round's loads, in GPUs, by service. complete says the
+// round saw every service's whole load; a slot with a round that did not is
+// not learned.
+func (p *PoolProfile) Observe(now time.Time, loads map[string]float64, complete bool) {
+	slot := now.UTC().Truncate(SlotLength)
+	switch {
+	case !p.Slot.IsZero() && slot.Before(p.Slot):
+		return
+	case !p.Slot.Equal(slot):
+		if !p.Slot.IsZero() {
+			p.fold()
+		}
+		p.Slot, p.SlotPeak, p.Peaks, p.Spoiled = slot, 0, make(map[string]float64, len(loads)), false
+	}
+	var sum float64
+	for key, load := range loads {
+		if !(load >= 0) || math.IsInf(load, 1) {
+			p.Spoiled = true
+			continue
+		}
+		sum += load
+		p.Peaks[key] = max(p.Peaks[key], load)
+	}
+	p.SlotPeak = max(p.SlotPeak, sum)
+	if !complete {
+		p.Spoiled = true
+	}
+}
+
+// fold learns the finished slot in progress, unless it was spoiled or the
+// pool was idle through it (a ratio of nothing to nothing says nothing).
+func (p *PoolProfile) fold() {
+	var sum float64
+	for _, peak := range p.Peaks {
+		sum += peak
+	}
+	if p.Spoiled || sum <= 0 {
+		return
+	}
+	ratio := min(p.SlotPeak/sum, 1)
+	w := p.Weight
+	if w <= 0 || w > 1 {
+		w = DefaultProfileWeight
+	}
+	s := SlotOfWeek(p.Slot)
+	if p.Weeks[s] == 0 {
+		p.Ratio[s] = ratio
+	} else {
+		p.Ratio[s] += w * (ratio - p.Ratio[s])
+	}
+	p.Weeks[s]++
+}
+
+// PeakOver estimates the pool's peak over [from, from+window], in GPUs: for
+// each slot the window touches, its learned ratio times sum(s), the sum of
+// the services' learned peaks of slot s. It is false unless every slot the
+// window touches has a learned ratio: where the pool was never seen, its
+// services are taken to peak together.
+func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, sum func(slot int) float64) (float64, bool) {
+	var peak float64
+	end := from.Add(window)
+	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
+		s := SlotOfWeek(t)
+		if p.Weeks[s] == 0 {
+			return 0, false
+		}
+		peak = max(peak, p.Ratio[s]*sum(s))
+	}
+	return peak, true
+}
+
+// Learned counts the slots with a learned ratio.
+func (p *PoolProfile) Learned() int {
+	n := 0
+	for _, w := range p.Weeks {
+		if w > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// PeakAt is the learned peak of slot s, and whether it is learned.
+func (p *Profile) PeakAt(s int) (float64, bool) {
+	if s < 0 || s >= SlotsPerWeek || p.Weeks[s] == 0 {
+		return 0, false
+	}
+	return p.Peak[s], true
+}
+
+// poolProfileJSON is the stored form: every slot's ratio and count of weeks,
+// in order. The slot in progress is not stored: a restart loses at most one
+// quarter-hour, and a slot partly seen is not learned.
+type poolProfileJSON struct {
+	Version int       `json:"v"`
+	Ratio   []float64 `json:"ratio,omitempty"`
+	Weeks   []int     `json:"weeks,omitempty"`
+}
+
+const poolProfileVersion = 1
+
+// MarshalJSON stores the learned ratios.
+func (p PoolProfile) MarshalJSON() ([]byte, error) {
+	out := poolProfileJSON{Version: poolProfileVersion}
+	if p.Learned() > 0 {
+		out.Ratio, out.Weeks = p.Ratio[:], p.Weeks[:]
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads stored ratios, rejecting what it cannot trust: a
+// ratio outside (0, 1], or one without weeks. The slot in progress is left
+// as it was.
+func (p *PoolProfile) UnmarshalJSON(data []byte) error {
+	var in poolProfileJSON
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	if in.Version != poolProfileVersion {
+		return fmt.Errorf("pool profile version %d is not %d", in.Version, poolProfileVersion)
+	}
+	if len(in.Ratio) != len(in.Weeks) || (len(in.Ratio) != 0 && len(in.Ratio) != SlotsPerWeek) {
+		return fmt.Errorf("pool profile has %d ratios and %d week counts; want %d of each", len(in.Ratio), len(in.Weeks), SlotsPerWeek)
+	}
+	var ratio [SlotsPerWeek]float64
+	var weeks [SlotsPerWeek]int
+	for s := range in.Ratio {
+		r, w := in.Ratio[s], in.Weeks[s]
+		switch {
+		case w == 0 && r == 0:
+		case w <= 0 || !(r > 0 && r <= 1):
+			return fmt.Errorf("pool profile slot %d (ratio %g, weeks %d) is out of range", s, r, w)
+		}
+		ratio[s], weeks[s] = r, w
+	}
+	p.Ratio, p.Weeks = ratio, weeks
+	return nil
+}
