@@ -20,52 +20,71 @@ import (
 // its own peaks into the sum at once, where a learned pool peak would lack
 // them until a week had passed.
 //
-// A slot is learned only if every round in it saw every service's whole
-// load (Observe's complete): a load unknown to the sum would make the pool
-// look calmer than it was.
+// A slot is learned only if it was seen whole: from its start (not the slot
+// a planner started in), with no gap longer than PoolMaxGap between rounds,
+// the same services throughout, and every service's whole load in every
+// round (Observe's complete). A round missed, or a load unknown to the sum,
+// could miss the minutes the services peaked together and make the pool look
+// calmer than it was.
 type PoolProfile struct {
 	// Ratio[s] is the smoothed ratio of slot-of-week s, in (0, 1];
 	// meaningful only when Weeks[s] > 0.
 	Ratio [SlotsPerWeek]float64
 	Weeks [SlotsPerWeek]int
 	// Slot is the slot in progress; SlotPeak the peak of the summed load in
-	// it so far, Peaks each service's peak, Spoiled whether a round in it
-	// missed some service's load.
+	// it so far, Peaks each service's peak, Spoiled whether it was not seen
+	// whole; Last is the last round's time.
 	Slot     time.Time
 	SlotPeak float64
 	Peaks    map[string]float64
 	Spoiled  bool
+	Last     time.Time
 	// Weight is the smoothing weight of a new week; <= 0 means DefaultProfileWeight.
 	Weight float64
 }
+
+// PoolMaxGap is the longest time between two rounds within a slot that
+// still lets the slot be learned.
+const PoolMaxGap = SlotLength / 5
 
 // Observe records one round's loads, in GPUs, by service. complete says the
 // round saw every service's whole load; a slot with a round that did not is
 // not learned.
 func (p *PoolProfile) Observe(now time.Time, loads map[string]float64, complete bool) {
 	slot := now.UTC().Truncate(SlotLength)
+	first := !p.Slot.Equal(slot)
 	switch {
 	case !p.Slot.IsZero() && slot.Before(p.Slot):
 		return
-	case !p.Slot.Equal(slot):
-		if !p.Slot.IsZero() {
+	case first:
+		started := p.Slot.IsZero()
+		if !started {
 			p.fold()
 		}
-		p.Slot, p.SlotPeak, p.Peaks, p.Spoiled = slot, 0, make(map[string]float64, len(loads)), false
+		// The slot a planner starts in is seen from its start only by chance;
+		// after a gap, the new slot's start was not seen.
+		seen := !started && now.Sub(p.Last) <= PoolMaxGap
+		p.Slot, p.SlotPeak, p.Peaks, p.Spoiled = slot, 0, make(map[string]float64, len(loads)), !seen
+	case now.Sub(p.Last) > PoolMaxGap:
+		p.Spoiled = true
 	}
+	p.Last = now
 	var sum float64
 	for key, load := range loads {
+		if _, known := p.Peaks[key]; !known && !first {
+			p.Spoiled = true // a service came within the slot
+		}
 		if !(load >= 0) || math.IsInf(load, 1) {
 			p.Spoiled = true
-			continue
+			load = 0
 		}
 		sum += load
 		p.Peaks[key] = max(p.Peaks[key], load)
 	}
-	p.SlotPeak = max(p.SlotPeak, sum)
-	if !complete {
-		p.Spoiled = true
+	if len(loads) != len(p.Peaks) || !complete || math.IsInf(sum, 1) {
+		p.Spoiled = true // a service went within the slot, or a load is unknown
 	}
+	p.SlotPeak = max(p.SlotPeak, sum)
 }
 
 // fold learns the finished slot in progress, unless it was spoiled or the
@@ -75,10 +94,10 @@ func (p *PoolProfile) fold() {
 	for _, peak := range p.Peaks {
 		sum += peak
 	}
-	if p.Spoiled || sum <= 0 {
-		return
-	}
 	ratio := min(p.SlotPeak/sum, 1)
+	if p.Spoiled || !(ratio > 0) {
+		return // idle (0/0), or overflowed
+	}
 	w := p.Weight
 	if w <= 0 || w > 1 {
 		w = DefaultProfileWeight
@@ -93,11 +112,13 @@ func (p *PoolProfile) fold() {
 }
 
 // PeakOver estimates the pool's peak over [from, from+window], in GPUs: for
-// each slot the window touches, its learned ratio times sum(s), the sum of
-// the services' learned peaks of slot s. It is false unless every slot the
-// window touches has a learned ratio: where the pool was never seen, its
-// services are taken to peak together.
-func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, sum func(slot int) float64) (float64, bool) {
+// each slot s the window touches, its learned ratio times the sum of the
+// services' learned peaks of s, and never below the largest of those peaks
+// (a ratio can be no lower where it was learned). peaks(s) gives the sum and
+// the largest. It is false unless every slot the window touches has a
+// learned ratio: where the pool was never seen, its services are taken to
+// peak together.
+func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, peaks func(slot int) (sum, largest float64)) (float64, bool) {
 	var peak float64
 	end := from.Add(window)
 	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
@@ -105,7 +126,8 @@ func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, sum func(sl
 		if p.Weeks[s] == 0 {
 			return 0, false
 		}
-		peak = max(peak, p.Ratio[s]*sum(s))
+		sum, largest := peaks(s)
+		peak = max(peak, p.Ratio[s]*sum, largest)
 	}
 	return peak, true
 }
@@ -119,6 +141,17 @@ func (p *PoolProfile) Learned() int {
 		}
 	}
 	return n
+}
+
+// LearnedOver says whether every slot [from, from+window] touches is learned.
+func (p *Profile) LearnedOver(from time.Time, window time.Duration) bool {
+	end := from.Add(window)
+	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
+		if p.Weeks[SlotOfWeek(t)] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // PeakAt is the learned peak of slot s, and whether it is learned.

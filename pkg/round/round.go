@@ -771,55 +771,72 @@ type window struct {
 	length time.Duration
 }
 
-// pooled scales the room each forecast's learned profile keeps above the
-// service's load now, all by one factor, so that together they keep the room
-// the pool's profile expects the services to need at once over w (unless
-// Config.ProfilePerService):
+// pooled scales down the room the services' learned profiles keep above
+// their loads now, so that together they keep about what the pool's profile
+// expects them to need at once over w (unless Config.ProfilePerService):
 //
-//	room(i)    = gpus(profile(i) - load(i)), where the profile is above the load
-//	pool       = demand.PoolProfile.PeakOver(w, the services' learned peaks)
-//	factor     = (pool - sum of gpus(load(i))) / sum of room(i), within [0, 1]
+//	pooled     = the services whose profile is learned for every slot of w
+//	room(i)    = gpus(profile(i) - load(i)), or 0 when the load is higher
+//	pool       = demand.PoolProfile.PeakOver(w, the pooled services' learned
+//	             peaks, each at least the service's load now)
+//	budget     = pool - sum of gpus(load(i)) over the pooled services
+//	the service with the most room keeps all of it; the others share what
+//	the budget leaves, each its room scaled by one factor in [0, 1]:
 //	profile(i) = load(i) + factor x (profile(i) - load(i))
 //
-// Where the pool's ratio is not learned for every slot of w, or a service's
-// load now is not whole, nothing is scaled: the services keep room for all
-// their peaks at once. The trend and the load now are not scaled, and the
-// margin is kept as needs keeps it. A rise the pool's profile did not
-// expect is, like a rise in several services at once, what the reclaim
-// budget is for.
+// One service keeps its whole room because a service's idle replicas serve
+// no other service: the pool's peak, in load, may come with one service at
+// its own peak while the others' replicas stand idle. Where the pool's ratio
+// is not learned for every slot of w, a service's load now is not whole, or
+// the pooled services are at or above their learned pool peak already,
+// nothing is scaled: they keep room for all their peaks at once. The trend
+// and the load now are never scaled, and the margin is kept as needs keeps
+// it. A rise the pool's profile did not expect is, like a rise in several
+// services at once, what the reclaim budget is for.
 func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast, w window) {
 	if p.cfg.ProfilePerService || w.length <= 0 || p.pool.Learned() == 0 {
 		return
 	}
+	pooled := make([]bool, len(services))
+	largest, most := -1, 0.0
 	var load, rooms float64
 	for i, s := range services {
 		if !s.complete {
 			return
 		}
+		if s.profile == nil || !s.profile.LearnedOver(w.from, w.length) {
+			continue
+		}
+		pooled[i] = true
 		load += s.load * s.gpusPerLoad
-		rooms += max(forecasts[i].Profile-s.load, 0) * s.gpusPerLoad
+		room := max(forecasts[i].Profile-s.load, 0) * s.gpusPerLoad
+		rooms += room
+		if room > most {
+			largest, most = i, room
+		}
 	}
-	if rooms <= 0 {
+	if largest < 0 {
 		return
 	}
-	peak, ok := p.pool.PeakOver(w.from, w.length, func(slot int) float64 {
-		var sum float64
-		for _, s := range services {
-			if s.profile != nil {
-				if v, ok := s.profile.PeakAt(slot); ok {
-					sum += v * s.gpusPerLoad
-				}
+	peak, ok := p.pool.PeakOver(w.from, w.length, func(slot int) (sum, top float64) {
+		for i, s := range services {
+			if pooled[i] {
+				v, _ := s.profile.PeakAt(slot)
+				v = max(v, s.load) * s.gpusPerLoad
+				sum += v
+				top = max(top, v)
 			}
 		}
-		return sum
+		return sum, top
 	})
-	if !ok {
+	budget := peak - load
+	if !ok || !(budget > 0) || budget >= rooms || rooms <= most {
 		return
 	}
-	factor := min(max((peak-load)/rooms, 0), 1)
+	factor := min(max((budget-most)/(rooms-most), 0), 1)
 	for i, s := range services {
-		if f := &forecasts[i]; f.Profile > s.load {
-			f.Profile = s.load + factor*(f.Profile-s.load)
+		if pooled[i] && i != largest && forecasts[i].Profile > s.load {
+			forecasts[i].Profile = s.load + factor*(forecasts[i].Profile-s.load)
 		}
 	}
 }

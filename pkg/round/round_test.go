@@ -576,16 +576,17 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 		}
 		return o
 	}
-	// Last week: a at 32 requests while b idles, then the other way round,
-	// in two quarter-hours; a third one ends the second.
+	// Last week, a round a minute: a at 32 requests while b idles, then the
+	// other way round, in two quarter-hours, seen whole from the minute
+	// before; a third quarter-hour ends the second.
 	week := 7 * 24 * time.Hour
 	learn := New(Config{Margin: -1})
-	for _, r := range []struct {
-		after time.Duration
-		loads [2]float64
-	}{{0, [2]float64{32, 0}}, {5 * time.Minute, [2]float64{0, 32}}, {15 * time.Minute, [2]float64{32, 0}},
-		{20 * time.Minute, [2]float64{0, 32}}, {30 * time.Minute, [2]float64{0, 0}}} {
-		learn.Plan(obs(t0.Add(r.after-week), r.loads, [2]string{}))
+	for m := -1; m <= 30; m++ {
+		loads := [2]float64{32, 0}
+		if m < 0 || m%15 >= 7 {
+			loads = [2]float64{0, 32}
+		}
+		learn.Plan(obs(t0.Add(time.Duration(m)*time.Minute-week), loads, [2]string{}))
 	}
 	var stored [2]string
 	for i, w := range learn.ProfilesDue(t0, true) {
@@ -597,12 +598,13 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 		t.Fatalf("pool profile %s (%v): want a ratio of 0.5 learned for two slots", pool, err)
 	}
 
-	spare := func(cfg Config, restore string, loads [2]float64, unknown bool) []int {
+	spare := func(cfg Config, restore string, loads [2]float64, unknown bool, more ...Service) []int {
 		p := New(cfg)
 		if err := p.RestorePoolProfile(restore); err != nil {
 			t.Fatal(err)
 		}
 		o := obs(t0, loads, stored)
+		o.Services = append(o.Services, more...)
 		if unknown {
 			o.Services[1].Replicas = append(o.Services[1].Replicas, demand.Replica{GPUs: 4})
 		}
@@ -615,17 +617,28 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	// Each at 8 requests (1 GPU's worth of 4) with a learned peak of 32: room
 	// for one more replica each (6 GPUs' worth of room each) as if both
 	// peaked at once. The pool peaked at half the sum of the peaks (8 GPUs'
-	// worth), 4 above the load now: a third of the room, 16 requests each, which
-	// the replica each runs holds.
+	// worth), 4 above the load now: room for one of the two peaks. The first
+	// keeps all its room, since b's idle replica could not serve a's peak;
+	// the second none.
 	both := [2]float64{8, 8}
-	if got := spare(Config{Margin: -1}, pool, both, false); !reflect.DeepEqual(got, []int{0, 0}) {
-		t.Errorf("pooled: spare replicas %v, want none", got)
+	if got := spare(Config{Margin: -1}, pool, both, false); !reflect.DeepEqual(got, []int{1, 0}) {
+		t.Errorf("pooled: spare replicas %v, want one for serving/a", got)
 	}
 	if got := spare(Config{Margin: -1, ProfilePerService: true}, pool, both, false); !reflect.DeepEqual(got, []int{1, 1}) {
 		t.Errorf("per service: spare replicas %v, want one each", got)
 	}
 	if got := spare(Config{Margin: -1}, "", both, false); !reflect.DeepEqual(got, []int{1, 1}) {
 		t.Errorf("pool profile not learned: spare replicas %v, want one each", got)
+	}
+	// A service the pool's profile never saw, at 64 requests: it is not
+	// pooled, and takes nothing from the others' room.
+	newcomer := Service{Key: "serving/c", Declared: true, Replicas: replicas(4, 16, 0), Settings: demand.Settings{TargetLoad: 16}}
+	if got := spare(Config{Margin: -1}, pool, both, false, newcomer); !reflect.DeepEqual(got, []int{1, 0, 0}) {
+		t.Errorf("with a new service: spare replicas %v, want one for serving/a", got)
+	}
+	// b above its learned peak: out of the pool's reach, a keeps all its room.
+	if got := spare(Config{Margin: -1}, pool, [2]float64{8, 40}, false); got[0] != 1 {
+		t.Errorf("b above its learned peak: spare replicas %v, want one for serving/a", got)
 	}
 	// b's second replica has no metrics: the pool's load now is not known.
 	if got := spare(Config{Margin: -1}, pool, both, true); got[0] != 1 {
