@@ -57,14 +57,15 @@ func (p *PoolProfile) Observe(now time.Time, loads map[string]float64, complete 
 	case !p.Slot.IsZero() && slot.Before(p.Slot):
 		return
 	case first:
-		started := p.Slot.IsZero()
-		if !started {
+		// The slot a planner starts in is seen from its start only by
+		// chance; after a gap, neither the end of the slot before nor the
+		// start of this one was seen.
+		fresh, gap := p.Slot.IsZero(), now.Sub(p.Last) > PoolMaxGap
+		if !fresh {
+			p.Spoiled = p.Spoiled || gap
 			p.fold()
 		}
-		// The slot a planner starts in is seen from its start only by chance;
-		// after a gap, the new slot's start was not seen.
-		seen := !started && now.Sub(p.Last) <= PoolMaxGap
-		p.Slot, p.SlotPeak, p.Peaks, p.Spoiled = slot, 0, make(map[string]float64, len(loads)), !seen
+		p.Slot, p.SlotPeak, p.Peaks, p.Spoiled = slot, 0, make(map[string]float64, len(loads)), fresh || gap
 	case now.Sub(p.Last) > PoolMaxGap:
 		p.Spoiled = true
 	}
@@ -99,7 +100,7 @@ func (p *PoolProfile) fold() {
 		return // idle (0/0), or overflowed
 	}
 	w := p.Weight
-	if w <= 0 || w > 1 {
+	if !(w > 0 && w <= 1) {
 		w = DefaultProfileWeight
 	}
 	s := SlotOfWeek(p.Slot)
@@ -113,21 +114,20 @@ func (p *PoolProfile) fold() {
 
 // PeakOver estimates the pool's peak over [from, from+window], in GPUs: for
 // each slot s the window touches, its learned ratio times the sum of the
-// services' learned peaks of s, and never below the largest of those peaks
-// (a ratio can be no lower where it was learned). peaks(s) gives the sum and
-// the largest. It is false unless every slot the window touches has a
-// learned ratio: where the pool was never seen, its services are taken to
-// peak together.
-func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, peaks func(slot int) (sum, largest float64)) (float64, bool) {
+// services' learned peaks of s, plus what their loads now exceed those
+// peaks by (load the ratio never saw), and never below the largest of the
+// services' peaks or loads (the pool peaks no lower than any one of its
+// services). peaks(s) gives the sum, the excess and the largest. It is false
+// unless every slot the window touches has a learned ratio: where the pool
+// was never seen, its services are taken to peak together.
+func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, peaks func(slot int) (sum, excess, largest float64)) (float64, bool) {
 	var peak float64
-	end := from.Add(window)
-	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
-		s := SlotOfWeek(t)
+	for s := range slotsOver(from, window) {
 		if p.Weeks[s] == 0 {
 			return 0, false
 		}
-		sum, largest := peaks(s)
-		peak = max(peak, p.Ratio[s]*sum, largest)
+		sum, excess, largest := peaks(s)
+		peak = max(peak, p.Ratio[s]*sum+excess, largest)
 	}
 	return peak, true
 }
@@ -141,25 +141,6 @@ func (p *PoolProfile) Learned() int {
 		}
 	}
 	return n
-}
-
-// LearnedOver says whether every slot [from, from+window] touches is learned.
-func (p *Profile) LearnedOver(from time.Time, window time.Duration) bool {
-	end := from.Add(window)
-	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
-		if p.Weeks[SlotOfWeek(t)] == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// PeakAt is the learned peak of slot s, and whether it is learned.
-func (p *Profile) PeakAt(s int) (float64, bool) {
-	if s < 0 || s >= SlotsPerWeek || p.Weeks[s] == 0 {
-		return 0, false
-	}
-	return p.Peak[s], true
 }
 
 // poolProfileJSON is the stored form: every slot's ratio and count of weeks,

@@ -27,7 +27,7 @@ func TestPoolProfileLearnsHowPeaksAddUp(t *testing.T) {
 	observe(7, 15, both(1, 6), true)
 	// Slot 1: one round misses a load. Slot 2: idle. Slot 3: no round for 4
 	// minutes. Slot 4: b goes within it. Slot 5: a service comes within it.
-	// Slot 6: a load overflows the sum. Slot 7 ends slot 6.
+	// Slot 6: a load overflows the sum.
 	observe(15, 20, both(1, 1), true)
 	observe(20, 21, both(1, 1), false)
 	observe(21, 30, both(1, 1), true)
@@ -39,24 +39,27 @@ func TestPoolProfileLearnsHowPeaksAddUp(t *testing.T) {
 	observe(75, 80, map[string]float64{"a": 2}, true)
 	observe(80, 90, both(2, 1), true)
 	observe(90, 100, both(math.MaxFloat64, math.MaxFloat64), true)
-	observe(100, 105, both(2, 1), true)
-	observe(105, 106, both(1, 1), true)
-	p.Observe(monday.Add(104*time.Minute), both(100, 100), true) // before the slot in progress: ignored
+	// Slot 7: no round after its fifth minute. Slot 8 starts after the gap.
+	observe(105, 110, both(2, 1), true)
+	observe(120, 121, both(1, 1), true)
+	// Slot 9 (from minute 135) ends slot 8.
+	observe(121, 136, both(1, 1), true)
+	p.Observe(monday.Add(134*time.Minute), both(100, 100), true) // before the slot in progress: ignored
 	if got, want := p.Ratio[0], 8.0/12; p.Weeks[0] != 1 || math.Abs(got-want) > 1e-12 {
 		t.Fatalf("slot 0: ratio %v (weeks %d), want %v", got, p.Weeks[0], want)
 	}
 	if p.Learned() != 1 {
-		t.Fatalf("weeks %v, last slot %v: a slot not seen whole was learned", p.Weeks[:7], p.Weeks[SlotsPerWeek-1])
+		t.Fatalf("weeks %v, last slot %v: a slot not seen whole was learned", p.Weeks[:9], p.Weeks[SlotsPerWeek-1])
 	}
 	if p.SlotPeak != 2 {
 		t.Fatalf("slot in progress peaks at %v, want 2 (the round from before it ignored)", p.SlotPeak)
 	}
 
-	peaks := func(int) (float64, float64) { return 22, 12 }
-	if peak, ok := p.PeakOver(monday, 10*time.Minute, peaks); !ok || math.Abs(peak-22*8.0/12) > 1e-12 {
-		t.Fatalf("PeakOver slot 0: %v %v, want 22 x 8/12", peak, ok)
+	peaks := func(int) (float64, float64, float64) { return 22, 1, 12 }
+	if peak, ok := p.PeakOver(monday, 10*time.Minute, peaks); !ok || math.Abs(peak-(22*8.0/12+1)) > 1e-12 {
+		t.Fatalf("PeakOver slot 0: %v %v, want 22 x 8/12 + 1", peak, ok)
 	}
-	if peak, _ := p.PeakOver(monday, 10*time.Minute, func(int) (float64, float64) { return 22, 20 }); peak != 20 {
+	if peak, _ := p.PeakOver(monday, 10*time.Minute, func(int) (float64, float64, float64) { return 22, 1, 20 }); peak != 20 {
 		t.Fatalf("PeakOver slot 0: %v, want 20, the largest service's peak", peak)
 	}
 	if _, ok := p.PeakOver(monday, 15*time.Minute, peaks); ok {

@@ -139,8 +139,10 @@ type ServiceDecision struct {
 	trend   *demand.Trend
 	profile *demand.Profile
 	// gpusPerLoad turns its load into GPUs (0: its replica size is unknown);
-	// complete: its load now is whole (demand.Need.Complete).
+	// capacity is the load its replicas now carry at their target; complete:
+	// its load now is whole (demand.Need.Complete).
 	gpusPerLoad float64
+	capacity    float64
 	complete    bool
 	// soon is the forecast over the reclaim lead.
 	soon demand.Forecast
@@ -320,7 +322,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		if now0.GPUsPerReplica > 0 {
 			sd.gpusPerLoad = float64(now0.GPUsPerReplica) / now0.Target
 		}
-		sd.complete = now0.Complete
+		sd.complete, sd.capacity = now0.Complete, float64(now0.Current)*now0.Target
 		if len(s.Replicas) > 0 || s.Declared {
 			if now0.Complete {
 				svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
@@ -771,28 +773,31 @@ type window struct {
 	length time.Duration
 }
 
-// pooled scales down the room the services' learned profiles keep above
-// their loads now, so that together they keep about what the pool's profile
+// pooled scales down the room the services' learned profiles keep for new
+// replicas, so that together they keep about what the pool's profile
 // expects them to need at once over w (unless Config.ProfilePerService):
 //
 //	pooled     = the services whose profile is learned for every slot of w
-//	room(i)    = gpus(profile(i) - load(i)), or 0 when the load is higher
-//	pool       = demand.PoolProfile.PeakOver(w, the pooled services' learned
-//	             peaks, each at least the service's load now)
-//	budget     = pool - sum of gpus(load(i)) over the pooled services
+//	base(i)    = max(load(i), capacity(i)): its load now, or what its
+//	             replicas now carry at their target if more
+//	room(i)    = gpus(profile(i) - base(i)), or 0 when the base is higher:
+//	             the new replicas its own learned peak asks for
+//	pool       = demand.PoolProfile.PeakOver(w, the pooled services'
+//	             learned peaks and loads now)
+//	budget     = pool - sum of gpus(load(i)): the pool's expected rise
 //	the service with the most room keeps all of it; the others share what
 //	the budget leaves, each its room scaled by one factor in [0, 1]:
-//	profile(i) = load(i) + factor x (profile(i) - load(i))
+//	profile(i) = base(i) + factor x (profile(i) - base(i))
 //
-// One service keeps its whole room because a service's idle replicas serve
-// no other service: the pool's peak, in load, may come with one service at
-// its own peak while the others' replicas stand idle. Where the pool's ratio
-// is not learned for every slot of w, a service's load now is not whole, or
-// the pooled services are at or above their learned pool peak already,
-// nothing is scaled: they keep room for all their peaks at once. The trend
+// One service keeps its whole room, as its own profile expects it to reach
+// its peak, and idle replicas of the others would not serve it. Where the
+// pool's ratio is not learned for every slot of w, a service's load now is
+// not whole, or the pool is expected to rise no more than it is now,
+// nothing is scaled: every service keeps room for its own peak. The trend
 // and the load now are never scaled, and the margin is kept as needs keeps
-// it. A rise the pool's profile did not expect is, like a rise in several
-// services at once, what the reclaim budget is for.
+// it (for the service it asks the most for, given the scaled profiles). A
+// rise the pool's profile did not expect is, like a rise in several services
+// at once, what the reclaim budget is for.
 func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast, w window) {
 	if p.cfg.ProfilePerService || w.length <= 0 || p.pool.Learned() == 0 {
 		return
@@ -809,7 +814,7 @@ func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast
 		}
 		pooled[i] = true
 		load += s.load * s.gpusPerLoad
-		room := max(forecasts[i].Profile-s.load, 0) * s.gpusPerLoad
+		room := max(forecasts[i].Profile-max(s.load, s.capacity), 0) * s.gpusPerLoad
 		rooms += room
 		if room > most {
 			largest, most = i, room
@@ -818,16 +823,16 @@ func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast
 	if largest < 0 {
 		return
 	}
-	peak, ok := p.pool.PeakOver(w.from, w.length, func(slot int) (sum, top float64) {
+	peak, ok := p.pool.PeakOver(w.from, w.length, func(slot int) (sum, excess, top float64) {
 		for i, s := range services {
 			if pooled[i] {
 				v, _ := s.profile.PeakAt(slot)
-				v = max(v, s.load) * s.gpusPerLoad
-				sum += v
-				top = max(top, v)
+				sum += v * s.gpusPerLoad
+				excess += max(s.load-v, 0) * s.gpusPerLoad
+				top = max(top, max(v, s.load)*s.gpusPerLoad)
 			}
 		}
-		return sum, top
+		return sum, excess, top
 	})
 	budget := peak - load
 	if !ok || !(budget > 0) || budget >= rooms || rooms <= most {
@@ -835,8 +840,8 @@ func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast
 	}
 	factor := min(max((budget-most)/(rooms-most), 0), 1)
 	for i, s := range services {
-		if pooled[i] && i != largest && forecasts[i].Profile > s.load {
-			forecasts[i].Profile = s.load + factor*(forecasts[i].Profile-s.load)
+		if base := max(s.load, s.capacity); pooled[i] && i != largest && forecasts[i].Profile > base {
+			forecasts[i].Profile = base + factor*(forecasts[i].Profile-base)
 		}
 	}
 }

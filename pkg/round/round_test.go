@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -598,15 +599,14 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 		t.Fatalf("pool profile %s (%v): want a ratio of 0.5 learned for two slots", pool, err)
 	}
 
-	spare := func(cfg Config, restore string, loads [2]float64, unknown bool, more ...Service) []int {
+	spare := func(cfg Config, restore string, loads [2]float64, unknown bool) []int {
 		p := New(cfg)
 		if err := p.RestorePoolProfile(restore); err != nil {
 			t.Fatal(err)
 		}
 		o := obs(t0, loads, stored)
-		o.Services = append(o.Services, more...)
 		if unknown {
-			o.Services[1].Replicas = append(o.Services[1].Replicas, demand.Replica{GPUs: 4})
+			o.Services[0].Replicas = append(o.Services[0].Replicas, demand.Replica{GPUs: 4})
 		}
 		var out []int
 		for _, s := range p.Plan(o).Services {
@@ -630,19 +630,10 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	if got := spare(Config{Margin: -1}, "", both, false); !reflect.DeepEqual(got, []int{1, 1}) {
 		t.Errorf("pool profile not learned: spare replicas %v, want one each", got)
 	}
-	// A service the pool's profile never saw, at 64 requests: it is not
-	// pooled, and takes nothing from the others' room.
-	newcomer := Service{Key: "serving/c", Declared: true, Replicas: replicas(4, 16, 0), Settings: demand.Settings{TargetLoad: 16}}
-	if got := spare(Config{Margin: -1}, pool, both, false, newcomer); !reflect.DeepEqual(got, []int{1, 0, 0}) {
-		t.Errorf("with a new service: spare replicas %v, want one for serving/a", got)
-	}
-	// b above its learned peak: out of the pool's reach, a keeps all its room.
-	if got := spare(Config{Margin: -1}, pool, [2]float64{8, 40}, false); got[0] != 1 {
-		t.Errorf("b above its learned peak: spare replicas %v, want one for serving/a", got)
-	}
-	// b's second replica has no metrics: the pool's load now is not known.
-	if got := spare(Config{Margin: -1}, pool, both, true); got[0] != 1 {
-		t.Errorf("a service's load unknown: spare replicas %v, want one for serving/a", got)
+	// a's second replica has no metrics: the pool's load now is not known,
+	// and b keeps room for its own peak.
+	if got := spare(Config{Margin: -1}, pool, both, true); got[1] != 1 {
+		t.Errorf("a service's load unknown: spare replicas %v, want one for serving/b", got)
 	}
 
 	p := New(Config{})
@@ -654,5 +645,61 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	}
 	if p.PoolProfile() != `{"v":1}` {
 		t.Errorf("pool profile %s after refused restores, want nothing learned", p.PoolProfile())
+	}
+}
+
+// pooled keeps the largest room whole and scales the others' rooms, above
+// what their replicas carry now, to what the pool is expected to rise.
+func TestPooledKeepsTheLargestRoomWhole(t *testing.T) {
+	slot := demand.SlotOfWeek(t0)
+	learned := func(peak float64) *demand.Profile {
+		var p demand.Profile
+		for _, s := range []int{slot, slot + 1} {
+			p.Peak[s], p.Weeks[s] = peak, 1
+		}
+		return &p
+	}
+	service := func(key string, load, peak float64) ServiceDecision {
+		// One replica of 4 GPUs at a target of 16: 16 load units of capacity.
+		return ServiceDecision{Key: key, load: load, gpusPerLoad: 0.25, capacity: 16, complete: true, profile: learned(peak)}
+	}
+	profiles := func(p *Planner, services []ServiceDecision) []float64 {
+		forecasts := make([]demand.Forecast, len(services))
+		for i, s := range services {
+			if s.profile != nil {
+				forecasts[i].Profile, _ = s.profile.PeakOver(t0, 15*time.Minute)
+			}
+		}
+		p.pooled(services, forecasts, window{t0, 15 * time.Minute})
+		out := make([]float64, len(forecasts))
+		for i, f := range forecasts {
+			out[i] = f.Profile
+		}
+		return out
+	}
+	pool := New(Config{})
+	for _, s := range []int{slot, slot + 1} {
+		pool.pool.Ratio[s], pool.pool.Weeks[s] = 0.5, 1
+	}
+	idle := []ServiceDecision{service("a", 0, 64), service("b", 0, 32), service("c", 0, 32)}
+	// Rooms above capacity: a 12 GPUs, b and c 4 each. The pool is expected
+	// to reach half their summed peaks, 16 GPUs, all of it a rise: a keeps
+	// its 12, b and c share the other 4 (half their rooms each).
+	for _, tt := range []struct {
+		name     string
+		p        *Planner
+		services []ServiceDecision
+		want     []float64
+	}{
+		{"idle replicas", pool, idle, []float64{64, 24, 24}},
+		{"loads now", pool, []ServiceDecision{service("a", 8, 64), service("b", 8, 32), service("c", 8, 32)}, []float64{64, 16, 16}},
+		{"a newcomer the pool never saw", pool, append(slices.Clone(idle), ServiceDecision{Key: "d", load: 40, gpusPerLoad: 0.25, capacity: 48, complete: true}), []float64{64, 24, 24, 0}},
+		{"a load unknown", pool, append(slices.Clone(idle), ServiceDecision{Key: "d", gpusPerLoad: 0.25, complete: false}), []float64{64, 32, 32, 0}},
+		{"per service", New(Config{ProfilePerService: true}), idle, []float64{64, 32, 32}},
+		{"not learned", New(Config{}), idle, []float64{64, 32, 32}},
+	} {
+		if got := profiles(tt.p, tt.services); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: profiles %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
