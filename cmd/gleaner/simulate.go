@@ -196,6 +196,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.DurationVar(&cfg.NoticeHorizon, "notice-horizon", cfg.NoticeHorizon, "Give reclaim notices to the pods on nodes whose lent GPUs the forecast over this horizon needs (at least --forecast-horizon; gleaner-controller's default).")
 	f.Float64Var(&cfg.Margin, "headroom-margin", cfg.Margin, "Safety margin on forecast load, as a fraction, kept for the one service it keeps the most room for (gleaner-controller's default).")
 	f.BoolVar(&cfg.MarginPerService, "headroom-margin-per-service", false, "Keep --headroom-margin for every service at once (gleaner-controller's --headroom-margin-per-service).")
+	f.BoolVar(&cfg.ProfilePerService, "headroom-profile-per-service", false, "Keep room for every service's learned peak at once, as if they peaked together (gleaner-controller's --headroom-profile-per-service).")
 	f.StringVar(&cfg.NightlyWindows, "nightly-windows", cfg.NightlyWindows, "Harvest windows (UTC) of the nightly policy.")
 	f.DurationVar(&cfg.ReclaimBudget, "reclaim-budget", 0, "A replica waiting longer for GPUs is over budget; 0 for scrape interval + grace period + 5s.")
 	f.Float64Var(&cfg.PricePerGPUHour, "gpu-price", cfg.PricePerGPUHour, "Price of one GPU-hour, for savings.")

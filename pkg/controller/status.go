@@ -108,6 +108,11 @@ func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.Survival)); err != nil {
 				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
 			}
+			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
+				klog.FromContext(ctx).Error(nil, "The published GPUPool's pool profile is too long and is refused; it is learned afresh", "pool", p.cfg.PoolName, "bytes", len(gp.Status.PoolProfile))
+			} else if err := planner.RestorePoolProfile(gp.Status.PoolProfile); err != nil {
+				klog.FromContext(ctx).Error(err, "The published GPUPool's pool profile is refused; it is learned afresh", "pool", p.cfg.PoolName)
+			}
 		}
 	}
 	list, err := p.cfg.Client.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
@@ -155,6 +160,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	pool.History, pool.Outlook = p.history.Samples(), p.outlook
 	pool.HarvestedGPUSeconds, pool.Price = p.ledger.HarvestedGPUSeconds(), p.cfg.Price
 	pool.Survival = status.Survival(planner.Survival())
+	pool.PoolProfile = planner.PoolProfile()
 	if p.due(p.pool, now, !samePool(p.pool.content, pool)) {
 		if err := p.apply(ctx, v1alpha1.GPUPoolResource, "", p.cfg.PoolName, "GPUPool", &pool); err != nil {
 			errs = append(errs, err)

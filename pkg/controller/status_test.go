@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -12,27 +13,32 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/status"
 )
 
-// A restarted controller reads back the survival record it published on the
-// GPUPool, so the probabilities on the nodes keep their record; a record that
-// does not add up is refused, and the rest of the pool is still restored.
+// A restarted controller reads back the survival record and the pool profile
+// it published on the GPUPool, so the probabilities on the nodes keep their
+// record and the pool its learned peaks; a record that does not add up, or a
+// pool profile out of range, is refused, and the rest of the pool is still
+// restored.
 func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		record []v1alpha1.SurvivalRecord
 		want   int // counts the planner holds after the restore
+		pool   string
+		same   bool // the planner's pool profile is pool after the restore
 	}{
-		{"its own record", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2},
-		{"more survived than given", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 8, Survived1h: 9}}, 0},
-		{"a range it does not know", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 2700, Given1h: 8}}, 0},
+		{"its own record", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2, poolProfile(0.5), true},
+		{"more survived than given", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 8, Survived1h: 9}}, 0, poolProfile(1.5), false},
+		{"a range it does not know", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 2700, Given1h: 8}}, 0, "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
 				ObjectMeta: metav1.ObjectMeta{Name: "inference"},
-				Status: v1alpha1.GPUPoolStatus{Survival: tt.record,
+				Status: v1alpha1.GPUPoolStatus{Survival: tt.record, PoolProfile: tt.pool,
 					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Inference: 4, Lent: 2}}}}
 			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pool)
 			if err != nil {
@@ -56,9 +62,23 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 					t.Errorf("restored %+v, published %+v", back, tt.record)
 				}
 			}
+			if got := planner.PoolProfile(); (got == tt.pool) != tt.same {
+				t.Errorf("the planner's pool profile is %.80s after the restore of %.80s", got, tt.pool)
+			}
 			if len(p.history.Samples()) != 1 {
 				t.Error("the pool's history was not restored with it")
 			}
 		})
 	}
+}
+
+// poolProfile is a stored pool profile with one slot learned, at ratio.
+func poolProfile(ratio float64) string {
+	var p demand.PoolProfile
+	p.Ratio[7], p.Weeks[7] = ratio, 2
+	raw, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
 }

@@ -3,6 +3,7 @@ package demand
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"math"
 	"time"
 )
@@ -83,20 +84,48 @@ func (p *Profile) fold() {
 	p.Weeks[s]++
 }
 
+// slotsOver yields the slots of the week that [from, from+window] touches.
+func slotsOver(from time.Time, window time.Duration) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		end := from.Add(window)
+		for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
+			if !yield(SlotOfWeek(t)) {
+				return
+			}
+		}
+	}
+}
+
 // PeakOver is the highest learned load of the slots that [from, from+window]
 // touches, and whether any of them has been learned.
 func (p *Profile) PeakOver(from time.Time, window time.Duration) (float64, bool) {
 	var peak float64
 	learned := false
-	end := from.Add(window)
-	for t := from.UTC().Truncate(SlotLength); !t.After(end); t = t.Add(SlotLength) {
-		s := SlotOfWeek(t)
+	for s := range slotsOver(from, window) {
 		if p.Weeks[s] > 0 {
 			peak = max(peak, p.Peak[s])
 			learned = true
 		}
 	}
 	return peak, learned
+}
+
+// LearnedOver says whether every slot [from, from+window] touches is learned.
+func (p *Profile) LearnedOver(from time.Time, window time.Duration) bool {
+	for s := range slotsOver(from, window) {
+		if p.Weeks[s] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// PeakAt is the learned peak of slot s, and whether it is learned.
+func (p *Profile) PeakAt(s int) (float64, bool) {
+	if s < 0 || s >= SlotsPerWeek || p.Weeks[s] == 0 {
+		return 0, false
+	}
+	return p.Peak[s], true
 }
 
 // Learned counts the slots of the week with at least one week of history.

@@ -232,7 +232,7 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 				return demand.Now(p.cfg.Oracle(s.Key, now.Add(step-AvailabilityStep), AvailabilityStep))
 			}
 			return demand.PeakForecastFrom(now, now.Add(step-AvailabilityStep), s.load, AvailabilityStep, s.trend, s.profile)
-		})
+		}, window{now.Add(step - AvailabilityStep), AvailabilityStep})
 		if plans == nil || !slices.Equal(h, headroom) {
 			headroom, plans = h, harvest.NodePlans(plans, obs.Nodes, h)
 		}

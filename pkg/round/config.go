@@ -36,6 +36,11 @@ type Config struct {
 	// MarginPerService keeps the margin for every service at once: fewer
 	// replicas wait for lent GPUs to be evicted, and less is lent.
 	MarginPerService bool
+	// ProfilePerService keeps room for every service's learned peak at once,
+	// as if the services peaked together: without it, the room is scaled
+	// down to what the pool's learned profile (demand.PoolProfile) expects
+	// them to need together.
+	ProfilePerService bool
 	// OpenAfter is how long a node's capacity must stay spare before it is lent
 	// (draining is never delayed). Zero lends at once.
 	OpenAfter time.Duration

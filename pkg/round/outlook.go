@@ -46,11 +46,12 @@ func (p *Planner) Outlook(obs Observation, d Decision, span, step time.Duration)
 			return demand.PeakForecastFrom(now, from, s.load, step, s.trend, s.profile)
 		}
 		pt := OutlookPoint{Time: from}
-		for _, need := range p.needs(d.Services, expected) {
+		w := window{from, step}
+		for _, need := range p.needs(d.Services, expected, w) {
 			pt.InferenceGPUs += int64(need.Needed) * need.GPUsPerReplica
 		}
-		pt.LendableLow = lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, cautious)))
-		pt.LendableHigh = max(pt.LendableLow, lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, expected))))
+		pt.LendableLow = lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, cautious, w)))
+		pt.LendableHigh = max(pt.LendableLow, lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, expected, w))))
 		out = append(out, pt)
 	}
 	return out

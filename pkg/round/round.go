@@ -138,6 +138,10 @@ type ServiceDecision struct {
 	load    float64
 	trend   *demand.Trend
 	profile *demand.Profile
+	// gpusPerLoad turns its load into GPUs (0: its replica size is unknown);
+	// complete: its load now is whole (demand.Need.Complete).
+	gpusPerLoad float64
+	complete    bool
 	// soon is the forecast over the reclaim lead.
 	soon demand.Forecast
 }
@@ -165,6 +169,8 @@ type Planner struct {
 	// only its own notices are honoured (a pod's annotation is anyone's to write).
 	noticed map[types.UID]noticed
 	avail   availability
+	// pool learns how the services' peaks add up (Config.ProfilePerService).
+	pool demand.PoolProfile
 }
 
 // noticed is a notice as given: for when, and since when.
@@ -295,6 +301,7 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 	out := make([]ServiceDecision, 0, len(obs.Services))
 	seen := make(map[string]bool, len(obs.Services))
 	pool := poolFit{nodes: obs.Nodes}
+	loads, complete := make(map[string]float64, len(obs.Services)), true
 	for _, s := range obs.Services {
 		seen[s.Key] = true
 		svc := p.services[s.Key]
@@ -310,9 +317,17 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		in := demand.Service{Name: s.Key, Replicas: s.Replicas, Metric: s.Settings.Metric, TargetLoad: s.Settings.TargetLoad,
 			GPUsPerReplica: s.Settings.GPUsPerReplica, Margin: p.cfg.margin(), MaxReplicas: pool.maxReplicas(s)}
 		now0 := demand.Assess(in)
-		if now0.Complete && (len(s.Replicas) > 0 || s.Declared) {
-			svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
-			svc.profile.Observe(now, now0.Load)
+		if now0.GPUsPerReplica > 0 {
+			sd.gpusPerLoad = float64(now0.GPUsPerReplica) / now0.Target
+		}
+		sd.complete = now0.Complete
+		if len(s.Replicas) > 0 || s.Declared {
+			if now0.Complete {
+				svc.trend.Add(demand.Sample{At: now, Load: now0.Load})
+				svc.profile.Observe(now, now0.Load)
+			}
+			loads[s.Key] = now0.Load * sd.gpusPerLoad
+			complete = complete && now0.Complete
 		}
 		trend, profile := &svc.trend, &svc.profile
 		if p.cfg.WithoutTrend {
@@ -335,10 +350,13 @@ func (p *Planner) assess(obs Observation) []ServiceDecision {
 		}
 		out = append(out, sd)
 	}
-	need := p.needs(out, func(s ServiceDecision) demand.Forecast { return s.Forecast })
+	if len(loads) > 0 {
+		p.pool.Observe(now, loads, complete)
+	}
+	need := p.needs(out, func(s ServiceDecision) demand.Forecast { return s.Forecast }, window{now, p.cfg.Horizon})
 	soon := need
 	if p.cfg.justInTime() {
-		soon = p.needs(out, func(s ServiceDecision) demand.Forecast { return s.soon })
+		soon = p.needs(out, func(s ServiceDecision) demand.Forecast { return s.soon }, window{now, p.cfg.ReclaimLead})
 	}
 	for i := range out {
 		out[i].Need, out[i].Soon = need[i], soon[i]
@@ -443,6 +461,35 @@ func (p *Planner) ProfileSaved(w ProfileWrite, now time.Time) {
 	}
 }
 
+// PoolProfile is the pool's learned profile in its stored form (JSON), for
+// the controller to keep across restarts (the GPUPool's status).
+func (p *Planner) PoolProfile() string {
+	raw, err := json.Marshal(p.pool)
+	if err != nil {
+		return ""
+	}
+	return string(raw)
+}
+
+// RestorePoolProfile takes back a pool profile PoolProfile stored, refusing
+// what it cannot trust (demand.PoolProfile.UnmarshalJSON). Slots this planner
+// learned itself since it started keep what it learned.
+func (p *Planner) RestorePoolProfile(stored string) error {
+	if stored == "" {
+		return nil
+	}
+	var in demand.PoolProfile
+	if err := json.Unmarshal([]byte(stored), &in); err != nil {
+		return fmt.Errorf("the stored pool profile is unreadable: %w", err)
+	}
+	for s := range in.Weeks {
+		if p.pool.Weeks[s] == 0 {
+			p.pool.Ratio[s], p.pool.Weeks[s] = in.Ratio[s], in.Weeks[s]
+		}
+	}
+	return nil
+}
+
 // nearNotice is how far ahead a notice's time falls within the horizon: a
 // later round whose forecast over the reclaim lead needs the pod can be no
 // further off than the horizon less the lead. Times beyond are found coarser,
@@ -479,7 +526,7 @@ func (p *Planner) warnPlan(obs Observation, services []ServiceDecision, horizon 
 	}
 	far := harvest.MakePlan(obs.Nodes, p.headroomFor(services, func(s ServiceDecision) demand.Forecast {
 		return demand.PeakForecast(obs.Now, s.load, p.cfg.noticeHorizon(), s.trend, s.profile)
-	}))
+	}, window{obs.Now, p.cfg.noticeHorizon()}))
 	var out harvest.Plan
 	for name, np := range far.Nodes {
 		if np.ReclaimGPUs <= horizon.Nodes[name].ReclaimGPUs {
@@ -533,7 +580,7 @@ func (p *Planner) notices(obs Observation, d Decision, horizon harvest.Plan, lea
 	for step := p.cfg.noticeStep(); len(at) < len(deferred) && step <= span; step += p.cfg.noticeStepAt(step) {
 		h := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast {
 			return demand.PeakForecastFrom(now, now.Add(step), s.load, p.cfg.ReclaimLead, s.trend, s.profile)
-		})
+		}, window{now.Add(step), p.cfg.ReclaimLead})
 		if !planned || !slices.Equal(h, headroom) { // else the same plan again
 			headroom, later, planned = h, harvest.NodePlans(later, obs.Nodes, h), true
 		}
@@ -657,7 +704,7 @@ func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
 // owingToLoadNow names the nodes that owe lent GPUs to what the services need
 // for their load now, forecast aside: inference is already waiting there.
 func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
-	headroom := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast { return demand.Now(s.load) })
+	headroom := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast { return demand.Now(s.load) }, window{})
 	out := map[string]bool{}
 	for name, np := range harvest.MakePlan(obs.Nodes, headroom).Nodes {
 		if np.ReclaimGPUs > 0 {
@@ -668,10 +715,10 @@ func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
 }
 
 // headroomFor is the headroom the services need for the forecast each is
-// given, assessed as this round assessed them (needs).
-func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast) []harvest.Headroom {
+// given over w, assessed as this round assessed them (needs).
+func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast, w window) []harvest.Headroom {
 	var out []harvest.Headroom
-	for i, need := range p.needs(services, forecast) {
+	for i, need := range p.needs(services, forecast, w) {
 		out = appendHeadroom(out, services[i].Key, need)
 	}
 	return out
@@ -685,12 +732,20 @@ func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceD
 // across the services as if every one rose at once. Rises in several
 // services at once are what the reclaim budget is for: a replica that finds
 // no room gets lent GPUs back within it.
-func (p *Planner) needs(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast) []demand.Need {
+//
+// The forecasts are those of the window w; their learned profiles are
+// pooled over it (pooled).
+func (p *Planner) needs(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast, w window) []demand.Need {
+	forecasts := make([]demand.Forecast, len(services))
+	for i, s := range services {
+		forecasts[i] = forecast(s)
+	}
+	p.pooled(services, forecasts, w)
 	needs := make([]demand.Need, len(services))
 	var margined demand.Need
 	best, most := -1, int64(0)
 	for i, s := range services {
-		f, in := forecast(s), s.in
+		f, in := forecasts[i], s.in
 		in.ForecastLoad = f.Planned(in.Margin)
 		m := demand.Assess(in)
 		if p.cfg.MarginPerService {
@@ -707,6 +762,78 @@ func (p *Planner) needs(services []ServiceDecision, forecast func(ServiceDecisio
 		needs[best] = margined
 	}
 	return needs
+}
+
+// window is the span a plan's forecasts cover; the zero window's forecasts
+// are not pooled.
+type window struct {
+	from   time.Time
+	length time.Duration
+}
+
+// pooled scales the room the services' learned profiles keep above their
+// loads now, all by one factor, so that together they keep what the pool's
+// profile expects them to rise by at once over w (unless
+// Config.ProfilePerService):
+//
+//	pooled     = the services whose profile is learned for every slot of w
+//	room(i)    = gpus(profile(i) - load(i)), or 0 when the load is higher
+//	pool       = demand.PoolProfile.PeakOver(w, the pooled services' learned peaks)
+//	factor     = (pool - sum of gpus(load(i))) / sum of room(i), within [0, 1]
+//	profile(i) = load(i) + factor x (profile(i) - load(i))
+//
+// Where the pool's ratio is not learned for every slot of w, or a service's
+// load now is not whole, nothing is scaled: every service keeps room for its
+// own peak. A service the pool's profile has not seen through w keeps its
+// own room and stays out of the sums. The trend and the load now are never
+// scaled, and the margin is kept as needs keeps it.
+//
+// The room is kept in GPUs for the pool's expected rise, not for each
+// service's: when one service rises while another's load falls, the
+// falling one's replicas stand idle until its autoscaler scales it in, and
+// the rising one's new replica waits for lent GPUs to be evicted, within the
+// reclaim budget. That, like a rise in several services at once, is what
+// the budget is for; --headroom-profile-per-service keeps every service's
+// room whole instead.
+func (p *Planner) pooled(services []ServiceDecision, forecasts []demand.Forecast, w window) {
+	if p.cfg.ProfilePerService || w.length <= 0 || p.pool.Learned() == 0 {
+		return
+	}
+	pooled := make([]bool, len(services))
+	var load, rooms float64
+	for i, s := range services {
+		if !s.complete {
+			return
+		}
+		if s.profile == nil || !s.profile.LearnedOver(w.from, w.length) {
+			continue
+		}
+		pooled[i] = true
+		load += s.load * s.gpusPerLoad
+		rooms += max(forecasts[i].Profile-s.load, 0) * s.gpusPerLoad
+	}
+	if !(rooms > 0) {
+		return
+	}
+	peak, ok := p.pool.PeakOver(w.from, w.length, func(slot int) (sum, largest float64) {
+		for i, s := range services {
+			if pooled[i] {
+				v, _ := s.profile.PeakAt(slot)
+				sum += v * s.gpusPerLoad
+				largest = max(largest, v*s.gpusPerLoad)
+			}
+		}
+		return sum, largest
+	})
+	if !ok {
+		return
+	}
+	factor := min(max((peak-load)/rooms, 0), 1)
+	for i, s := range services {
+		if pooled[i] && forecasts[i].Profile > s.load {
+			forecasts[i].Profile = s.load + factor*(forecasts[i].Profile-s.load)
+		}
+	}
 }
 
 // appendHeadroom adds the room a service's need keeps for its spare

@@ -1,8 +1,10 @@
 package round
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -554,5 +556,158 @@ func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
 	}
 	if av := d.Availability[0]; av.For != 2*time.Hour || av.Survive != [2]float64{1, 0} {
 		t.Fatalf("%+v: want 2h, an hour likely (the forecast's word), four hours certainly not", av)
+	}
+}
+
+// Two services that took turns at their peak through a quarter-hour last
+// week: each kept room for its own peak, but together they never needed
+// more than one of the peaks at once. The pool's learned profile scales
+// their room down to that, once it is learned for every slot the horizon
+// touches and only while every service's load is whole; it survives a
+// restart through PoolProfile and RestorePoolProfile.
+func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
+	obs := func(at time.Time, loads [2]float64, stored [2]string) Observation {
+		o := Observation{Now: at, Published: map[string]int64{}, Nodes: []harvest.Node{
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 8, HostsInference: true},
+			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+		}}
+		for i, key := range []string{"serving/a", "serving/b"} {
+			o.Services = append(o.Services, Service{Key: key, Declared: true, StoredProfile: stored[i],
+				Replicas: replicas(1, loads[i], 0), Settings: demand.Settings{TargetLoad: 16}})
+		}
+		return o
+	}
+	// Last week, a round a minute: a at 32 requests while b idles, then the
+	// other way round, in two quarter-hours, seen whole from the minute
+	// before; a third quarter-hour ends the second.
+	week := 7 * 24 * time.Hour
+	learn := New(Config{Margin: -1})
+	for m := -1; m <= 30; m++ {
+		loads := [2]float64{32, 0}
+		if m < 0 || m%15 >= 7 {
+			loads = [2]float64{0, 32}
+		}
+		learn.Plan(obs(t0.Add(time.Duration(m)*time.Minute-week), loads, [2]string{}))
+	}
+	var stored [2]string
+	for i, w := range learn.ProfilesDue(t0, true) {
+		stored[i] = w.JSON
+	}
+	pool := learn.PoolProfile()
+	var ratios demand.PoolProfile
+	if err := json.Unmarshal([]byte(pool), &ratios); err != nil || ratios.Learned() != 2 || ratios.Ratio[demand.SlotOfWeek(t0)] != 0.5 {
+		t.Fatalf("pool profile %s (%v): want a ratio of 0.5 learned for two slots", pool, err)
+	}
+
+	spare := func(cfg Config, restore string, loads [2]float64, unknown bool) []int {
+		p := New(cfg)
+		if err := p.RestorePoolProfile(restore); err != nil {
+			t.Fatal(err)
+		}
+		o := obs(t0, loads, stored)
+		if unknown {
+			o.Services[0].Replicas = append(o.Services[0].Replicas, demand.Replica{GPUs: 4})
+		}
+		var out []int
+		for _, s := range p.Plan(o).Services {
+			out = append(out, s.Need.Spare)
+		}
+		return out
+	}
+	// Each at 8 requests (1 GPU's worth of 4) with a learned peak of 32: room
+	// for one more replica each (6 GPUs' worth of room each) as if both
+	// peaked at once. The pool peaked at half the sum of the peaks (8 GPUs'
+	// worth), 4 above the load now: a third of each room, 16 requests, which
+	// the replica each runs holds. The room is the pool's: when a takes its
+	// turn at 32, b's replica stands idle until it is scaled in, and a's
+	// second replica waits for lent GPUs, within the reclaim budget.
+	both := [2]float64{8, 8}
+	if got := spare(Config{Margin: -1}, pool, both, false); !reflect.DeepEqual(got, []int{0, 0}) {
+		t.Errorf("pooled: spare replicas %v, want none", got)
+	}
+	if got := spare(Config{Margin: -1, ProfilePerService: true}, pool, both, false); !reflect.DeepEqual(got, []int{1, 1}) {
+		t.Errorf("per service: spare replicas %v, want one each", got)
+	}
+	if got := spare(Config{Margin: -1}, "", both, false); !reflect.DeepEqual(got, []int{1, 1}) {
+		t.Errorf("pool profile not learned: spare replicas %v, want one each", got)
+	}
+	// a's second replica has no metrics: the pool's load now is not known,
+	// and b keeps room for its own peak.
+	if got := spare(Config{Margin: -1}, pool, both, true); got[1] != 1 {
+		t.Errorf("a service's load unknown: spare replicas %v, want one for serving/b", got)
+	}
+
+	p := New(Config{})
+	for _, bad := range []string{"{", `{"v":2}`, `{"v":1,"ratio":[0.5],"weeks":[1]}`,
+		strings.Replace(pool, "0.5", "1.5", 1), strings.Replace(pool, `"weeks":[`, `"weeks":[0,`, 1)} {
+		if err := p.RestorePoolProfile(bad); err == nil {
+			t.Errorf("RestorePoolProfile(%.60q) took it", bad)
+		}
+	}
+	if p.PoolProfile() != `{"v":1}` {
+		t.Errorf("pool profile %s after refused restores, want nothing learned", p.PoolProfile())
+	}
+}
+
+// pooled scales the services' rooms above their loads, all alike, to what
+// the pool is expected to rise by, and no further than the largest
+// service's own peak lets it.
+func TestPooledScalesTheRoomsToThePoolsRise(t *testing.T) {
+	slot := demand.SlotOfWeek(t0)
+	learned := func(peak float64) *demand.Profile {
+		var p demand.Profile
+		for _, s := range []int{slot, slot + 1} {
+			p.Peak[s], p.Weeks[s] = peak, 1
+		}
+		return &p
+	}
+	service := func(key string, load, peak float64) ServiceDecision {
+		// Replicas of 4 GPUs at a target of 16: a GPU per 4 load.
+		return ServiceDecision{Key: key, load: load, gpusPerLoad: 0.25, complete: true, profile: learned(peak)}
+	}
+	profiles := func(p *Planner, services []ServiceDecision) []float64 {
+		forecasts := make([]demand.Forecast, len(services))
+		for i, s := range services {
+			if s.profile != nil {
+				forecasts[i].Profile, _ = s.profile.PeakOver(t0, 15*time.Minute)
+			}
+		}
+		p.pooled(services, forecasts, window{t0, 15 * time.Minute})
+		out := make([]float64, len(forecasts))
+		for i, f := range forecasts {
+			out[i] = f.Profile
+		}
+		return out
+	}
+	withRatio := func(r float64) *Planner {
+		p := New(Config{})
+		for _, s := range []int{slot, slot + 1} {
+			p.pool.Ratio[s], p.pool.Weeks[s] = r, 1
+		}
+		return p
+	}
+	// Idle, with learned peaks of 16, 8 and 8 GPUs: rooms of 32 GPUs. The
+	// pool is expected to reach half the sum, 16: half of every room.
+	idle := []ServiceDecision{service("a", 0, 64), service("b", 0, 32), service("c", 0, 32)}
+	for _, tt := range []struct {
+		name     string
+		p        *Planner
+		services []ServiceDecision
+		want     []float64
+	}{
+		{"idle", withRatio(0.5), idle, []float64{32, 16, 16}},
+		// A ratio of a quarter would expect 8 GPUs; a alone peaks at 16.
+		{"no lower than the largest peak", withRatio(0.25), idle, []float64{32, 16, 16}},
+		// At 8 GPUs each, 24 in all, the pool is past its learned peak:
+		// no room for any profile (a's 32 requests are its load).
+		{"past the pool's peak", withRatio(0.5), []ServiceDecision{service("a", 32, 64), service("b", 32, 32), service("c", 32, 32)}, []float64{32, 32, 32}},
+		{"a newcomer the pool never saw", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", load: 40, gpusPerLoad: 0.25, complete: true}), []float64{32, 16, 16, 0}},
+		{"a load unknown", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", gpusPerLoad: 0.25, complete: false}), []float64{64, 32, 32, 0}},
+		{"per service", New(Config{ProfilePerService: true}), idle, []float64{64, 32, 32}},
+		{"not learned", New(Config{}), idle, []float64{64, 32, 32}},
+	} {
+		if got := profiles(tt.p, tt.services); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: profiles %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -168,6 +168,9 @@ type Config struct {
 	// 0.1), kept for one service at a time unless MarginPerService.
 	Margin           float64
 	MarginPerService bool
+	// ProfilePerService keeps room for every service's learned peak at once
+	// (round.Config.ProfilePerService).
+	ProfilePerService bool
 
 	// NightlyWindows are the harvest windows of the nightly policy (UTC).
 	NightlyWindows string
@@ -228,17 +231,18 @@ func DefaultConfig() Config {
 // controller's policy with this simulation's settings.
 func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 	r := round.Config{
-		Horizon:          c.Horizon,
-		ReclaimLead:      c.ReclaimLead,
-		NoticeHorizon:    c.NoticeHorizon,
-		Margin:           c.Margin,
-		MarginPerService: c.MarginPerService,
-		OpenAfter:        c.OpenAfter,
-		OpenAfterBackoff: max(c.OpenAfterBackoff, 1),
-		OpenAfterRelax:   c.OpenAfterRelax,
-		WithoutProfile:   policy != Forecast,
-		WithoutTrend:     c.NoTrend,
-		WithoutNotices:   c.WithoutNotices,
+		Horizon:           c.Horizon,
+		ReclaimLead:       c.ReclaimLead,
+		NoticeHorizon:     c.NoticeHorizon,
+		Margin:            c.Margin,
+		MarginPerService:  c.MarginPerService,
+		ProfilePerService: c.ProfilePerService,
+		OpenAfter:         c.OpenAfter,
+		OpenAfterBackoff:  max(c.OpenAfterBackoff, 1),
+		OpenAfterRelax:    c.OpenAfterRelax,
+		WithoutProfile:    policy != Forecast,
+		WithoutTrend:      c.NoTrend,
+		WithoutNotices:    c.WithoutNotices,
 	}
 	if c.Margin == 0 {
 		r.Margin = -1 // none: the round reads zero as its default

@@ -87,7 +87,15 @@ type GPUPoolStatus struct {
 	// four. The probabilities on the nodes come from it; the controller reads
 	// it back after a restart.
 	Survival []SurvivalRecord `json:"survival,omitempty"`
+	// PoolProfile is what the controller learned of how the inference
+	// services' peaks add up in each quarter-hour of the week (JSON, at
+	// most MaxPoolProfile bytes); the controller reads it back after a restart.
+	PoolProfile string `json:"poolProfile,omitempty"`
 }
+
+// MaxPoolProfile bounds GPUPoolStatus.PoolProfile: a full week of ratios
+// takes about 16 KB.
+const MaxPoolProfile = 64 << 10
 
 // SurvivalRecord counts, for one range of forecasts, the GPUs given it and
 // those that stayed lent (each forecast counted once it was judged).
