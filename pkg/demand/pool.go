@@ -132,15 +132,7 @@ func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, peaks func(
 }
 
 // Learned counts the slots with a learned ratio.
-func (p *PoolProfile) Learned() int {
-	n := 0
-	for _, w := range p.Weeks {
-		if w > 0 {
-			n++
-		}
-	}
-	return n
-}
+func (p *PoolProfile) Learned() int { return learned(&p.Weeks) }
 
 // poolProfileJSON is the stored form: every slot's ratio and count of weeks,
 // in order. The slot in progress is not stored: a restart loses at most one

@@ -129,9 +129,12 @@ func (p *Profile) PeakAt(s int) (float64, bool) {
 }
 
 // Learned counts the slots of the week with at least one week of history.
-func (p *Profile) Learned() int {
+func (p *Profile) Learned() int { return learned(&p.Weeks) }
+
+// learned counts the slots with at least one week.
+func learned(weeks *[SlotsPerWeek]int) int {
 	n := 0
-	for _, w := range p.Weeks {
+	for _, w := range weeks {
 		if w > 0 {
 			n++
 		}
