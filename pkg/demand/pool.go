@@ -15,7 +15,8 @@ import (
 //
 // For each slot it learns the ratio of the peak of the services' summed
 // load (in GPUs: load over target, times GPUs per replica) to the sum of
-// their own peaks in the same slot, smoothed across weeks like a Profile.
+// their own peaks in the same slot, smoothed across weeks as a Profile is
+// (DefaultProfileWeight).
 // A ratio, not the pool's peak itself: a service that joins the pool brings
 // its own peaks into the sum at once, where a learned pool peak would lack
 // them until a week had passed.
@@ -39,8 +40,6 @@ type PoolProfile struct {
 	Peaks    map[string]float64
 	Spoiled  bool
 	Last     time.Time
-	// Weight is the smoothing weight of a new week; <= 0 means DefaultProfileWeight.
-	Weight float64
 }
 
 // PoolMaxGap is the longest time between two rounds within a slot that
@@ -99,17 +98,8 @@ func (p *PoolProfile) fold() {
 	if p.Spoiled || !(ratio > 0) {
 		return // idle (0/0), or overflowed
 	}
-	w := p.Weight
-	if !(w > 0 && w <= 1) {
-		w = DefaultProfileWeight
-	}
 	s := SlotOfWeek(p.Slot)
-	if p.Weeks[s] == 0 {
-		p.Ratio[s] = ratio
-	} else {
-		p.Ratio[s] += w * (ratio - p.Ratio[s])
-	}
-	p.Weeks[s]++
+	smooth(&p.Ratio[s], &p.Weeks[s], ratio, DefaultProfileWeight)
 }
 
 // PeakOver estimates the pool's peak over [from, from+window], in GPUs: for

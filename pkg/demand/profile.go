@@ -71,17 +71,23 @@ func (p *Profile) Observe(now time.Time, load float64) {
 
 // fold adds the finished slot in progress to its place in the week.
 func (p *Profile) fold() {
-	w := p.Weight
-	if w <= 0 || w > 1 {
-		w = DefaultProfileWeight
-	}
 	s := SlotOfWeek(p.Slot)
-	if p.Weeks[s] == 0 {
-		p.Peak[s] = p.SlotPeak
-	} else {
-		p.Peak[s] += w * (p.SlotPeak - p.Peak[s])
+	smooth(&p.Peak[s], &p.Weeks[s], p.SlotPeak, p.Weight)
+}
+
+// smooth folds one more week's value x into a slot's smoothed value v: the
+// first week's value as it is, later ones by weight (outside (0, 1]:
+// DefaultProfileWeight).
+func smooth(v *float64, weeks *int, x, weight float64) {
+	if !(weight > 0 && weight <= 1) {
+		weight = DefaultProfileWeight
 	}
-	p.Weeks[s]++
+	if *weeks == 0 {
+		*v = x
+	} else {
+		*v += weight * (x - *v)
+	}
+	*weeks++
 }
 
 // slotsOver yields the slots of the week that [from, from+window] touches.

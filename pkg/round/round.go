@@ -785,8 +785,8 @@ type window struct {
 // Where the pool's ratio is not learned for every slot of w, or a service's
 // load now is not whole, nothing is scaled: every service keeps room for its
 // own peak. A service whose own profile is not learned through w (one new
-// to the pool) keeps its own room and stays out of the sums. The trend and the load now are never
-// scaled, and the margin is kept as needs keeps it.
+// to the pool) keeps its own room and stays out of the sums. The trend and
+// the load now are never scaled, and the margin is kept as needs keeps it.
 //
 // The room is kept in GPUs for the pool's expected rise, not for each
 // service's: when one service rises while another's load falls, the
