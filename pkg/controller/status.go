@@ -105,7 +105,7 @@ func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history starts afresh", "pool", p.cfg.PoolName)
 		} else {
 			p.history.Restore(gp.Status.History)
-			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.Survival)); err != nil {
+			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.SurvivalByLoad)); err != nil {
 				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
 			}
 			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
@@ -159,7 +159,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	}
 	pool.History, pool.Outlook = p.history.Samples(), p.outlook
 	pool.HarvestedGPUSeconds, pool.Price = p.ledger.HarvestedGPUSeconds(), p.cfg.Price
-	pool.Survival = status.Survival(planner.Survival())
+	pool.SurvivalByLoad = status.Survival(planner.Survival())
 	pool.PoolProfile = planner.PoolProfile()
 	if p.due(p.pool, now, !samePool(p.pool.content, pool)) {
 		if err := p.apply(ctx, v1alpha1.GPUPoolResource, "", p.cfg.PoolName, "GPUPool", &pool); err != nil {

@@ -31,14 +31,14 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 		pool   string
 		same   bool // the planner's pool profile is pool after the restore
 	}{
-		{"its own record", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2, poolProfile(0.5), true},
-		{"more survived than given", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 7200, Given1h: 8, Survived1h: 9}}, 0, poolProfile(1.5), false},
-		{"a range it does not know", []v1alpha1.SurvivalRecord{{ForUpToSeconds: 2700, Given1h: 8}}, 0, "", false},
+		{"its own record", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2, poolProfile(0.5), true},
+		{"more survived than given", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 8, Survived1h: 9}}, 0, poolProfile(1.5), false},
+		{"a level it does not know", []v1alpha1.SurvivalRecord{{NeededAtPercent: 120, Given1h: 8}}, 0, "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
 				ObjectMeta: metav1.ObjectMeta{Name: "inference"},
-				Status: v1alpha1.GPUPoolStatus{Survival: tt.record, PoolProfile: tt.pool,
+				Status: v1alpha1.GPUPoolStatus{SurvivalByLoad: tt.record, PoolProfile: tt.pool,
 					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Inference: 4, Lent: 2}}}}
 			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pool)
 			if err != nil {

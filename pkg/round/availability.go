@@ -14,7 +14,7 @@ import (
 // Availability says how long an open node's lendable GPUs are expected to
 // stay lendable: when the forecast next needs any of them, and the chance
 // that they stay lent for an hour and for four, learned from how often nodes
-// given the same forecast did.
+// as far from being needed did lately (loadLevels).
 type Availability struct {
 	Node string
 	// GPUs is what the node lends now (its harvestable GPUs).
@@ -45,18 +45,26 @@ const (
 	AvailabilityEvery = 5 * time.Minute
 )
 
-// forBuckets are the upper bounds of the ranges of For whose survival is
-// learned apart; a For beyond the last falls in one more bucket.
-var forBuckets = [...]time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, AvailabilityHorizon}
+// loadLevels are the loads, as multiples of what the services are forecast
+// to carry, by which a node's survival over a span is learned apart. A
+// node's level is the first at which the forecast, so scaled, needs any of
+// the node's lendable GPUs within the span: above 1, how far the loads must
+// rise past the forecast for the node to lose them; up to 1, how far they
+// may fall short of it while the node still does. The nodes needed at none
+// of them are learned apart too.
+//
+// The time until the node is needed says less: the forecasts that a node
+// will not be needed within the span hold most of the GPUs, and whether
+// they hold depends on how far the loads stand from needing it.
+var loadLevels = [...]float64{0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2}
 
-func forBucket(d time.Duration) int {
-	for i, b := range forBuckets {
-		if d <= b && d < AvailabilityHorizon {
-			return i
-		}
-	}
-	return len(forBuckets)
-}
+// asForecast is the index of 1 in loadLevels: the forecast as it is.
+var asForecast = slices.Index(loadLevels[:], 1)
+
+// SurvivalHalfLife is how fast what the planner learned of its availability
+// forecasts fades: the forecast's errors come in spells of days (a week
+// whose traffic outgrows the learned profiles), and the record follows them.
+const SurvivalHalfLife = 48 * time.Hour
 
 // CalibrationBucket is what became of the GPUs given a survival probability
 // in [From, To): GPU-hours given it (GPUs x AvailabilityEvery each time it was
@@ -73,8 +81,11 @@ type CalibrationBucket struct {
 type availability struct {
 	at   time.Time
 	last []Availability
-	// seen[bucket][horizon]: GPUs given that For bucket, and how many survived.
-	seen [len(forBuckets) + 1][len(SurvivalHorizons)]struct{ gpus, survived float64 }
+	// seen[level][horizon]: GPUs first needed within the horizon's span at
+	// loadLevels[level] (len(loadLevels): at none), and how many of them
+	// survived it; faded by SurvivalHalfLife since faded.
+	seen  [len(loadLevels) + 1][len(SurvivalHorizons)]struct{ gpus, survived float64 }
+	faded time.Time
 	// pending forecasts not yet judged at every horizon.
 	pending []availRecord
 	// drops: per node, the times its lendable GPUs fell and to what, within
@@ -86,10 +97,12 @@ type availability struct {
 }
 
 type availRecord struct {
-	at     time.Time
-	node   string
-	gpus   int64
-	bucket int
+	at   time.Time
+	node string
+	gpus int64
+	// level: the index of the first of loadLevels at which the node was
+	// needed within each span.
+	level  [len(SurvivalHorizons)]int
 	p      [len(SurvivalHorizons)]float64
 	judged [len(SurvivalHorizons)]bool
 	// certain: p is 0 because the harvest windows close within the span.
@@ -125,8 +138,19 @@ func (a *availability) observeLendable(now time.Time, plan harvest.Plan) {
 	}
 }
 
-// judge settles the pending forecasts whose spans ended by now.
+// judge settles the pending forecasts whose spans ended by now, after
+// fading what was learned before.
 func (a *availability) judge(now time.Time) {
+	if !a.faded.IsZero() && now.After(a.faded) {
+		f := math.Exp2(-float64(now.Sub(a.faded)) / float64(SurvivalHalfLife))
+		for l := range a.seen {
+			for h := range a.seen[l] {
+				a.seen[l][h].gpus *= f
+				a.seen[l][h].survived *= f
+			}
+		}
+	}
+	a.faded = now
 	kept := a.pending[:0]
 	for _, r := range a.pending {
 		done := true
@@ -140,7 +164,7 @@ func (a *availability) judge(now time.Time) {
 				continue
 			}
 			survived := !slices.ContainsFunc(a.drops[r.node], func(d drop) bool { return d.at.After(r.at) && !d.at.After(end) && d.gpus < r.gpus })
-			s := &a.seen[r.bucket][h]
+			s := &a.seen[r.level[h]][h]
 			if r.certain[h] {
 				s = &struct{ gpus, survived float64 }{} // not learned from
 			}
@@ -174,16 +198,17 @@ func (a *availability) judge(now time.Time) {
 	}
 }
 
-// survival is the learned chance that GPUs given a For in bucket survive
-// horizon h. What the record lacks is made up by one GPU's worth of the
-// forecast's own word (For reaching past the span), so a new planner follows
-// its forecast and an experienced one its record.
-func (a *availability) survival(bucket, h int, forecastFor time.Duration) float64 {
+// survival is the learned chance that GPUs first needed within horizon h's
+// span at loadLevels[level] survive it. What the record lacks is made up by
+// one GPU's worth of the forecast's own word (not needed within the span at
+// the forecast as it is), so a new planner follows its forecast and an
+// experienced one its record.
+func (a *availability) survival(level, h int) float64 {
 	prior := 0.0
-	if forecastFor >= SurvivalHorizons[h] {
+	if level > asForecast {
 		prior = 1
 	}
-	s := a.seen[bucket][h]
+	s := a.seen[level][h]
 	return (s.survived + prior) / (s.gpus + 1)
 }
 
@@ -213,9 +238,6 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 		a.last = nil
 		return nil
 	}
-	var headroom []harvest.Headroom
-	var plans []harvest.NodePlan
-	left := len(open)
 	// closes is when the harvest windows close, outside which nothing is lent
 	// (found at the start of the first step outside them, so no earlier than
 	// they do); -1: not within the horizon.
@@ -226,39 +248,29 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 			break
 		}
 	}
-	for step := AvailabilityStep; left > 0 && step <= AvailabilityHorizon; step += AvailabilityStep {
-		h := p.headroomFor(d.Services, func(s ServiceDecision) demand.Forecast {
-			if p.cfg.Oracle != nil {
-				return demand.Now(p.cfg.Oracle(s.Key, now.Add(step-AvailabilityStep), AvailabilityStep))
-			}
-			return demand.PeakForecastFrom(now, now.Add(step-AvailabilityStep), s.load, AvailabilityStep, s.trend, s.profile)
-		}, window{now.Add(step - AvailabilityStep), AvailabilityStep})
-		if plans == nil || !slices.Equal(h, headroom) {
-			headroom, plans = h, harvest.NodePlans(plans, obs.Nodes, h)
-		}
-		for i := range open {
-			av := &open[i]
-			if av.For == AvailabilityHorizon && plans[at[i]].HarvestableGPUs < av.GPUs {
-				av.For = step - AvailabilityStep
-				left--
-			}
-		}
-	}
+	needed := p.firstNeeds(obs, d, at, open)
 	for i := range open {
 		av := &open[i]
-		// Learned by what the forecast says; the windows' close is certain.
-		b := forBucket(av.For)
+		// Learned by the forecast's levels; the windows' close is certain.
+		av.For = needed[asForecast][i]
 		if closes >= 0 && closes < av.For {
 			av.For = closes
 		}
-		r := availRecord{at: now, node: av.Node, gpus: av.GPUs, bucket: b}
+		r := availRecord{at: now, node: av.Node, gpus: av.GPUs}
 		for h, span := range SurvivalHorizons {
+			r.level[h] = len(loadLevels)
+			for l := range loadLevels {
+				if needed[l][i] < span {
+					r.level[h] = l
+					break
+				}
+			}
 			if closes >= 0 && closes <= span {
 				// Certain: the windows close within the span. Nothing to
 				// learn from it either.
 				r.certain[h] = true
 			} else {
-				av.Survive[h] = a.survival(b, h, av.For)
+				av.Survive[h] = a.survival(r.level[h], h)
 			}
 			r.p[h] = av.Survive[h]
 		}
@@ -266,6 +278,51 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 	}
 	a.last = open
 	return open
+}
+
+// firstNeeds is, for each of loadLevels and each open node (at
+// obs.Nodes[at[i]]), the forecast time until the node next owes any of the
+// GPUs it lends, in steps of AvailabilityStep, with every service's forecast
+// load scaled by the level; AvailabilityHorizon when not within it. Each
+// step's forecasts are made once, and scaled for each level.
+func (p *Planner) firstNeeds(obs Observation, d Decision, at []int, open []Availability) [len(loadLevels)][]time.Duration {
+	now := obs.Now
+	var out [len(loadLevels)][]time.Duration
+	var headroom [len(loadLevels)][]harvest.Headroom
+	var plans [len(loadLevels)][]harvest.NodePlan
+	left := len(loadLevels) * len(open)
+	for l := range out {
+		out[l] = make([]time.Duration, len(open))
+		for i := range open {
+			out[l][i] = AvailabilityHorizon
+		}
+	}
+	scaled := make([]demand.Forecast, len(d.Services))
+	for step := AvailabilityStep; left > 0 && step <= AvailabilityHorizon; step += AvailabilityStep {
+		from := now.Add(step - AvailabilityStep)
+		forecasts := p.forecasts(d.Services, func(s ServiceDecision) demand.Forecast {
+			if p.cfg.Oracle != nil {
+				return demand.Now(p.cfg.Oracle(s.Key, from, AvailabilityStep))
+			}
+			return demand.PeakForecastFrom(now, from, s.load, AvailabilityStep, s.trend, s.profile)
+		}, window{from, AvailabilityStep})
+		for l, load := range loadLevels {
+			for i, f := range forecasts {
+				scaled[i] = demand.Forecast{Peak: f.Peak * load, Trend: f.Trend * load, Profile: f.Profile * load}
+			}
+			h := headroomOf(d.Services, p.needsOf(d.Services, scaled))
+			if plans[l] == nil || !slices.Equal(h, headroom[l]) {
+				headroom[l], plans[l] = h, harvest.NodePlans(plans[l], obs.Nodes, h)
+			}
+			for i, av := range open {
+				if out[l][i] == AvailabilityHorizon && plans[l][at[i]].HarvestableGPUs < av.GPUs {
+					out[l][i] = step - AvailabilityStep
+					left--
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Calibration is, per survival horizon, what became of the GPUs given each
@@ -284,32 +341,49 @@ func (p *Planner) Calibration() [len(SurvivalHorizons)][]CalibrationBucket {
 	return out
 }
 
-// SurvivalCount is what the planner learned for one range of For: how many
-// GPUs were given a forecast in it and, of them, how many kept being lent,
-// for each of SurvivalHorizons (a forecast counts once judged at that span).
+// SurvivalCount is what the planner learned for one of loadLevels: how many
+// GPUs were forecast to be first needed within a span at that load and, of
+// them, how many kept being lent, for each of SurvivalHorizons (a forecast
+// counts once judged at that span), faded by SurvivalHalfLife.
 type SurvivalCount struct {
-	// ForUpTo is the range's upper end; 0 for forecasts not within
-	// AvailabilityHorizon.
-	ForUpTo  time.Duration
-	Given    [len(SurvivalHorizons)]int64
-	Survived [len(SurvivalHorizons)]int64
+	// NeededAtPercent is the level, as a percentage of the forecast load; 0
+	// for the GPUs needed at none of the levels.
+	NeededAtPercent int
+	Given           [len(SurvivalHorizons)]int64
+	Survived        [len(SurvivalHorizons)]int64
 }
 
 // maxSurvivalGPUs bounds a restored count: a year of 100,000 GPUs judged
 // every AvailabilityEvery is under 2^40.
 const maxSurvivalGPUs = 1 << 40
 
+// levelPercent is loadLevels[l] as SurvivalCount.NeededAtPercent says it.
+func levelPercent(l int) int {
+	if l == len(loadLevels) {
+		return 0
+	}
+	return int(math.Round(loadLevels[l] * 100))
+}
+
+// levelOf is the index in availability.seen of the level a
+// SurvivalCount.NeededAtPercent names; -1 for none.
+func levelOf(percent int) int {
+	for l := 0; l <= len(loadLevels); l++ {
+		if levelPercent(l) == percent {
+			return l
+		}
+	}
+	return -1
+}
+
 // Survival is what the planner learned of its availability forecasts, one
-// count per range of For that holds any: what a restart must not forget.
+// count per load level that holds any: what a restart must not forget.
 func (p *Planner) Survival() []SurvivalCount {
 	var out []SurvivalCount
-	for b := range p.avail.seen {
-		c := SurvivalCount{}
-		if b < len(forBuckets) {
-			c.ForUpTo = forBuckets[b]
-		}
+	for l := range p.avail.seen {
+		c := SurvivalCount{NeededAtPercent: levelPercent(l)}
 		for h := range SurvivalHorizons {
-			s := p.avail.seen[b][h]
+			s := p.avail.seen[l][h]
 			c.Given[h], c.Survived[h] = int64(math.Round(s.gpus)), int64(math.Round(s.survived))
 		}
 		if c.Given != [len(SurvivalHorizons)]int64{} {
@@ -320,37 +394,30 @@ func (p *Planner) Survival() []SurvivalCount {
 }
 
 // RestoreSurvival adds counts read back after a restart to what the planner
-// learned since. A record with a range the planner does not know, a count
+// learned since. A record with a level the planner does not know, a count
 // out of bounds or more survived than given is refused whole, and nothing of
 // it is added.
 func (p *Planner) RestoreSurvival(counts []SurvivalCount) error {
-	buckets := map[int]bool{}
-	for _, c := range counts {
-		b := len(forBuckets)
-		if c.ForUpTo != 0 {
-			b = slices.Index(forBuckets[:], c.ForUpTo)
-			if b < 0 {
-				return fmt.Errorf("survival record: no range ends at %v", c.ForUpTo)
-			}
+	levels := make([]int, len(counts))
+	for i, c := range counts {
+		l := levelOf(c.NeededAtPercent)
+		if l < 0 {
+			return fmt.Errorf("survival record: no load level of %d%%", c.NeededAtPercent)
 		}
-		if buckets[b] {
-			return fmt.Errorf("survival record: the range up to %v is there twice", c.ForUpTo)
+		if slices.Contains(levels[:i], l) {
+			return fmt.Errorf("survival record: the level of %d%% is there twice", c.NeededAtPercent)
 		}
-		buckets[b] = true
+		levels[i] = l
 		for h, span := range SurvivalHorizons {
 			if c.Given[h] < 0 || c.Given[h] > maxSurvivalGPUs || c.Survived[h] < 0 || c.Survived[h] > c.Given[h] {
-				return fmt.Errorf("survival record: up to %v over %v, %d survived of %d given", c.ForUpTo, span, c.Survived[h], c.Given[h])
+				return fmt.Errorf("survival record: at %d%% over %v, %d survived of %d given", c.NeededAtPercent, span, c.Survived[h], c.Given[h])
 			}
 		}
 	}
-	for _, c := range counts {
-		b := len(forBuckets)
-		if c.ForUpTo != 0 {
-			b = slices.Index(forBuckets[:], c.ForUpTo)
-		}
+	for i, c := range counts {
 		for h := range SurvivalHorizons {
-			p.avail.seen[b][h].gpus += float64(c.Given[h])
-			p.avail.seen[b][h].survived += float64(c.Survived[h])
+			p.avail.seen[levels[i]][h].gpus += float64(c.Given[h])
+			p.avail.seen[levels[i]][h].survived += float64(c.Survived[h])
 		}
 	}
 	return nil

@@ -717,8 +717,13 @@ func (p *Planner) owingToLoadNow(obs Observation, d Decision) map[string]bool {
 // headroomFor is the headroom the services need for the forecast each is
 // given over w, assessed as this round assessed them (needs).
 func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast, w window) []harvest.Headroom {
+	return headroomOf(services, p.needs(services, forecast, w))
+}
+
+// headroomOf is the headroom the services' needs keep.
+func headroomOf(services []ServiceDecision, needs []demand.Need) []harvest.Headroom {
 	var out []harvest.Headroom
-	for i, need := range p.needs(services, forecast, w) {
+	for i, need := range needs {
 		out = appendHeadroom(out, services[i].Key, need)
 	}
 	return out
@@ -736,11 +741,21 @@ func (p *Planner) headroomFor(services []ServiceDecision, forecast func(ServiceD
 // The forecasts are those of the window w; their learned profiles are
 // pooled over it (pooled).
 func (p *Planner) needs(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast, w window) []demand.Need {
+	return p.needsOf(services, p.forecasts(services, forecast, w))
+}
+
+// forecasts is each service's forecast for the window w, pooled over it.
+func (p *Planner) forecasts(services []ServiceDecision, forecast func(ServiceDecision) demand.Forecast, w window) []demand.Forecast {
 	forecasts := make([]demand.Forecast, len(services))
 	for i, s := range services {
 		forecasts[i] = forecast(s)
 	}
 	p.pooled(services, forecasts, w)
+	return forecasts
+}
+
+// needsOf is needs for forecasts already made.
+func (p *Planner) needsOf(services []ServiceDecision, forecasts []demand.Forecast) []demand.Need {
 	needs := make([]demand.Need, len(services))
 	var margined demand.Need
 	best, most := -1, int64(0)

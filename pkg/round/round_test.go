@@ -503,33 +503,31 @@ func TestAvailability(t *testing.T) {
 // is refused whole.
 func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 	p := New(Config{})
-	p.avail.seen[forBucket(2*time.Hour)][0] = struct{ gpus, survived float64 }{800, 760}
-	p.avail.seen[forBucket(2*time.Hour)][1] = struct{ gpus, survived float64 }{800, 200}
-	p.avail.seen[forBucket(AvailabilityHorizon)][1] = struct{ gpus, survived float64 }{96, 90}
+	p.avail.seen[levelOf(110)][0] = struct{ gpus, survived float64 }{800, 760}
+	p.avail.seen[levelOf(110)][1] = struct{ gpus, survived float64 }{800, 200}
+	p.avail.seen[levelOf(0)][1] = struct{ gpus, survived float64 }{96, 90}
 	record := p.Survival()
-	if len(record) != 2 || record[0].ForUpTo != 2*time.Hour || record[1].ForUpTo != 0 || record[0].Given != [2]int64{800, 800} || record[0].Survived != [2]int64{760, 200} {
+	if len(record) != 2 || record[0].NeededAtPercent != 110 || record[1].NeededAtPercent != 0 || record[0].Given != [2]int64{800, 800} || record[0].Survived != [2]int64{760, 200} {
 		t.Fatalf("record %+v", record)
 	}
 	q := New(Config{})
 	if err := q.RestoreSurvival(record); err != nil {
 		t.Fatal(err)
 	}
-	for b := range q.avail.seen {
+	for l := range q.avail.seen {
 		for h := range SurvivalHorizons {
-			for _, f := range []time.Duration{time.Minute, AvailabilityHorizon} {
-				if got, want := q.avail.survival(b, h, f), p.avail.survival(b, h, f); got != want {
-					t.Errorf("range %d, horizon %d, forecast %v: %.4f after the restart, %.4f before", b, h, f, got, want)
-				}
+			if got, want := q.avail.survival(l, h), p.avail.survival(l, h); got != want {
+				t.Errorf("level %d%%, horizon %d: %.4f after the restart, %.4f before", levelPercent(l), h, got, want)
 			}
 		}
 	}
 	for _, bad := range [][]SurvivalCount{
-		{{ForUpTo: 45 * time.Minute, Given: [2]int64{1, 1}}},
-		{{ForUpTo: time.Hour, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
-		{{ForUpTo: time.Hour, Given: [2]int64{-1, 0}}},
-		{{ForUpTo: time.Hour, Given: [2]int64{maxSurvivalGPUs + 1, 0}}},
-		{{ForUpTo: time.Hour, Given: [2]int64{1, 1}}, {ForUpTo: time.Hour, Given: [2]int64{1, 1}}},
-		{{ForUpTo: time.Hour, Given: [2]int64{5, 5}}, {ForUpTo: -time.Second}},
+		{{NeededAtPercent: 120, Given: [2]int64{1, 1}}},
+		{{NeededAtPercent: 100, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
+		{{NeededAtPercent: 100, Given: [2]int64{-1, 0}}},
+		{{NeededAtPercent: 100, Given: [2]int64{maxSurvivalGPUs + 1, 0}}},
+		{{NeededAtPercent: 100, Given: [2]int64{1, 1}}, {NeededAtPercent: 100, Given: [2]int64{1, 1}}},
+		{{NeededAtPercent: 100, Given: [2]int64{5, 5}}, {NeededAtPercent: -1}},
 	} {
 		fresh := New(Config{})
 		if err := fresh.RestoreSurvival(bad); err == nil {
@@ -537,6 +535,66 @@ func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 		}
 		if got := fresh.Survival(); len(got) != 0 {
 			t.Errorf("%+v was refused, yet %+v was kept", bad, got)
+		}
+	}
+}
+
+// A service one request below needing a second replica: one node is needed
+// (within either span) should its load be 10% above the forecast, the other
+// not even at twice the forecast. The load then rises past the replica, and
+// the first node loses its GPUs within the hour while the other keeps them:
+// the record learns each apart, and gives a node at 110% a low chance and
+// one needed at no level a high one. What is learned fades by half in
+// SurvivalHalfLife.
+func TestSurvivalIsLearnedByHowFarTheLoadsStandFromNeedingTheNode(t *testing.T) {
+	p := New(Config{OpenAfter: 0, Margin: -1})
+	obs := func(now time.Time, load float64) Observation {
+		return Observation{Now: now, Nodes: []harvest.Node{
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+		}, Services: []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}}}
+	}
+	p.Plan(obs(t0, 15))
+	levels := map[string]int{}
+	for _, r := range p.avail.pending {
+		if r.level[0] != r.level[1] {
+			t.Errorf("%s: levels %v, want one for both spans", r.node, r.level)
+		}
+		levels[r.node] = levelPercent(r.level[0])
+	}
+	var near, far string
+	for node, l := range levels {
+		switch l {
+		case 110:
+			near = node
+		case 0:
+			far = node
+		}
+	}
+	if len(levels) != 2 || near == "" || far == "" {
+		t.Fatalf("levels %v: want one node at 110%% and one at none", levels)
+	}
+	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(65 * time.Minute)); now = now.Add(AvailabilityEvery) {
+		load := 15.0
+		if !now.Before(t0.Add(30 * time.Minute)) {
+			load = 17
+		}
+		p.Plan(obs(now, load))
+	}
+	if got := p.avail.survival(levelOf(110), 0); got > 0.2 {
+		t.Errorf("an hour's survival at 110%%: %.2f, want the near node's fate (lost)", got)
+	}
+	if got := p.avail.survival(levelOf(0), 0); got < 0.9 {
+		t.Errorf("an hour's survival at no level: %.2f, want the far node's fate (kept)", got)
+	}
+	before := p.avail.seen
+	p.avail.pending = nil
+	p.avail.judge(p.avail.faded.Add(SurvivalHalfLife))
+	for l := range before {
+		for h := range before[l] {
+			if got, want := p.avail.seen[l][h], before[l][h]; math.Abs(got.gpus-want.gpus/2) > 1e-9 || math.Abs(got.survived-want.survived/2) > 1e-9 {
+				t.Errorf("level %d%%, horizon %d: %+v a half-life after %+v", levelPercent(l), h, got, want)
+			}
 		}
 	}
 }

@@ -349,7 +349,7 @@ func TestNoticeCheckpoint(t *testing.T) {
 // the loss.
 func TestNoticesSaveWork(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.SampleEvery = 2*24*time.Hour, 0
+	cfg.Duration, cfg.SampleEvery = 5*24*time.Hour, 0
 	fleet, jobs := SyntheticFleet(6, 2, 1), SyntheticJobs(2000, 1)
 	with, err := Run(cfg, Forecast, fleet, jobs)
 	if err != nil {
@@ -380,11 +380,13 @@ func TestNoticesSaveWork(t *testing.T) {
 
 // The planner's survival probabilities are checked against what happened:
 // with the oracle's exact forecast they hold within a few points on average,
-// and the forecast policy's are reported too. Jobs that declare their checkpoint
+// and the forecast policy's are reported too. Four days: the record fades by
+// half in two (round.SurvivalHalfLife), and three hold too few outcomes of
+// the rare levels to judge it by. Jobs that declare their checkpoint
 // interval are placed by availability as well, which changes where they run.
 func TestAvailabilityCalibration(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.SampleEvery = 3*24*time.Hour, 0
+	cfg.Duration, cfg.SampleEvery = 5*24*time.Hour, 0
 	fleet, jobs := SyntheticFleet(6, 3, 1), SyntheticJobs(2000, 1)
 	results := map[Policy]Result{}
 	for _, p := range []Policy{Oracle, Forecast} {
@@ -398,7 +400,7 @@ func TestAvailabilityCalibration(t *testing.T) {
 		results[p] = r
 		t.Logf("%s: worst gap %.1f points at 1 h, %.1f at 4 h", p, r.Availability[0].WorstPoints, r.Availability[1].WorstPoints)
 	}
-	// Three days of six services hold few events per tenth: judge the
+	// Four days of six services hold few events per tenth: judge the
 	// oracle's by the gap averaged over GPU-hours.
 	for _, c := range results[Oracle].Availability {
 		var hours, gap float64
@@ -406,6 +408,7 @@ func TestAvailabilityCalibration(t *testing.T) {
 			hours += b.GPUHours
 			gap += b.GPUHours * math.Abs(b.Predicted-b.Survived)
 		}
+		t.Logf("oracle: %g h probabilities off by %.1f points on average", c.Hours, 100*gap/hours)
 		if gap/hours > 0.03 {
 			t.Errorf("oracle: %g h probabilities off by %.1f points on average: %+v", c.Hours, 100*gap/hours, c.Buckets)
 		}

@@ -112,7 +112,7 @@ func Outlook(points []round.OutlookPoint) []v1alpha1.OutlookPoint {
 func Survival(counts []round.SurvivalCount) []v1alpha1.SurvivalRecord {
 	out := make([]v1alpha1.SurvivalRecord, 0, len(counts))
 	for _, c := range counts {
-		out = append(out, v1alpha1.SurvivalRecord{ForUpToSeconds: int64(c.ForUpTo / time.Second),
+		out = append(out, v1alpha1.SurvivalRecord{NeededAtPercent: int32(c.NeededAtPercent),
 			Given1h: c.Given[0], Survived1h: c.Survived[0], Given4h: c.Given[1], Survived4h: c.Survived[1]})
 	}
 	return out
@@ -123,7 +123,7 @@ func Survival(counts []round.SurvivalCount) []v1alpha1.SurvivalRecord {
 func SurvivalFrom(records []v1alpha1.SurvivalRecord) []round.SurvivalCount {
 	out := make([]round.SurvivalCount, 0, len(records))
 	for _, r := range records {
-		out = append(out, round.SurvivalCount{ForUpTo: time.Duration(min(max(r.ForUpToSeconds, -1), 1<<32)) * time.Second,
+		out = append(out, round.SurvivalCount{NeededAtPercent: int(r.NeededAtPercent),
 			Given: [2]int64{r.Given1h, r.Given4h}, Survived: [2]int64{r.Survived1h, r.Survived4h}})
 	}
 	return out

@@ -80,13 +80,14 @@ type GPUPoolStatus struct {
 	HarvestedGPUSeconds int64 `json:"harvestedGPUSeconds"`
 	// Price is the admin's GPU-hour price, if set: harvest is valued at it.
 	Price *Price `json:"price,omitempty"`
-	// Survival is what the controller learned of the availability it
-	// forecasts for open nodes (gleaner.dev/availability): per range of the
-	// time a node was forecast to stay lendable, how many GPUs were given
-	// that forecast and how many of them stayed lent for an hour, and for
-	// four. The probabilities on the nodes come from it; the controller reads
+	// SurvivalByLoad is what the controller learned of the availability it
+	// forecasts for open nodes (gleaner.dev/availability): per load, as a
+	// share of the forecast, at which a node would first be needed within
+	// the span, how many GPUs were given that forecast and how many of them
+	// stayed lent for an hour, and for four, fading with a half-life of two
+	// days. The probabilities on the nodes come from it; the controller reads
 	// it back after a restart.
-	Survival []SurvivalRecord `json:"survival,omitempty"`
+	SurvivalByLoad []SurvivalRecord `json:"survivalByLoad,omitempty"`
 	// PoolProfile is what the controller learned of how the inference
 	// services' peaks add up in each quarter-hour of the week (JSON, at
 	// most MaxPoolProfile bytes); the controller reads it back after a restart.
@@ -97,16 +98,17 @@ type GPUPoolStatus struct {
 // takes about 16 KB.
 const MaxPoolProfile = 64 << 10
 
-// SurvivalRecord counts, for one range of forecasts, the GPUs given it and
-// those that stayed lent (each forecast counted once it was judged).
+// SurvivalRecord counts, for one load level, the GPUs given it and those
+// that stayed lent (each forecast counted once it was judged).
 type SurvivalRecord struct {
-	// ForUpToSeconds is the upper end of the range of forecast times; 0 for
-	// forecasts beyond the availability horizon (4 hours).
-	ForUpToSeconds int64 `json:"forUpToSeconds"`
-	Given1h        int64 `json:"given1h"`
-	Survived1h     int64 `json:"survived1h"`
-	Given4h        int64 `json:"given4h"`
-	Survived4h     int64 `json:"survived4h"`
+	// NeededAtPercent is the load, as a percentage of the forecast, at which
+	// the forecast first needs the GPUs within the span; 0 for GPUs needed
+	// at none of the levels (up to twice the forecast).
+	NeededAtPercent int32 `json:"neededAtPercent"`
+	Given1h         int64 `json:"given1h"`
+	Survived1h      int64 `json:"survived1h"`
+	Given4h         int64 `json:"given4h"`
+	Survived4h      int64 `json:"survived4h"`
 }
 
 // NodeCounts are the pool's nodes by verdict.
