@@ -66,8 +66,10 @@ type publisher struct {
 	cfg     StatusConfig
 	ledger  *status.Ledger
 	history status.History
-	// restored: the published objects were read back (or there were none).
-	restored bool
+	// restored: the published objects were read back (or there were none);
+	// poolRestored: the GPUPool was, so a retry for the HarvestReports does
+	// not add its records to the planner twice.
+	restored, poolRestored bool
 	// disabled: the CRDs are not installed; said once.
 	disabled bool
 
@@ -91,29 +93,11 @@ func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 	if p.restored || p.disabled || p.cfg.Client == nil {
 		return nil
 	}
-	pool, err := p.cfg.Client.Resource(v1alpha1.GPUPoolResource).Get(ctx, p.cfg.PoolName, metav1.GetOptions{})
-	switch {
-	case v1alpha1.NotServed(err) || apierrors.IsForbidden(err):
-		p.disable(ctx, err)
-		return nil
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("reading GPUPool %s: %w", p.cfg.PoolName, err)
-	default:
-		var gp v1alpha1.GPUPool
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pool.Object, &gp); err != nil {
-			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history starts afresh", "pool", p.cfg.PoolName)
-		} else {
-			p.history.Restore(gp.Status.History)
-			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.SurvivalByLoad)); err != nil {
-				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
-			}
-			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
-				klog.FromContext(ctx).Error(nil, "The published GPUPool's pool profile is too long and is refused; it is learned afresh", "pool", p.cfg.PoolName, "bytes", len(gp.Status.PoolProfile))
-			} else if err := planner.RestorePoolProfile(gp.Status.PoolProfile); err != nil {
-				klog.FromContext(ctx).Error(err, "The published GPUPool's pool profile is refused; it is learned afresh", "pool", p.cfg.PoolName)
-			}
+	if !p.poolRestored {
+		if err := p.restorePool(ctx, planner); err != nil || p.disabled {
+			return err
 		}
+		p.poolRestored = true
 	}
 	list, err := p.cfg.Client.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
 	switch {
@@ -135,6 +119,36 @@ func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 		p.ledger.Restore(item.GetNamespace(), hr.Status)
 	}
 	p.restored = true
+	return nil
+}
+
+// restorePool reads back the published GPUPool: its history, and the
+// planner's records of its availability forecasts and of the pool's profile.
+func (p *publisher) restorePool(ctx context.Context, planner *round.Planner) error {
+	pool, err := p.cfg.Client.Resource(v1alpha1.GPUPoolResource).Get(ctx, p.cfg.PoolName, metav1.GetOptions{})
+	switch {
+	case v1alpha1.NotServed(err) || apierrors.IsForbidden(err):
+		p.disable(ctx, err)
+		return nil
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading GPUPool %s: %w", p.cfg.PoolName, err)
+	default:
+		var gp v1alpha1.GPUPool
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pool.Object, &gp); err != nil {
+			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history starts afresh", "pool", p.cfg.PoolName)
+		} else {
+			p.history.Restore(gp.Status.History)
+			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.SurvivalByLoad), gp.Status.ObservedTime.Time); err != nil {
+				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
+			}
+			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
+				klog.FromContext(ctx).Error(nil, "The published GPUPool's pool profile is too long and is refused; it is learned afresh", "pool", p.cfg.PoolName, "bytes", len(gp.Status.PoolProfile))
+			} else if err := planner.RestorePoolProfile(gp.Status.PoolProfile); err != nil {
+				klog.FromContext(ctx).Error(err, "The published GPUPool's pool profile is refused; it is learned afresh", "pool", p.cfg.PoolName)
+			}
+		}
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
@@ -22,7 +24,7 @@ import (
 // it published on the GPUPool, so the probabilities on the nodes keep their
 // record and the pool its learned peaks; a record that does not add up, or a
 // pool profile out of range, is refused, and the rest of the pool is still
-// restored.
+// restored, once even when the restore is tried again.
 func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -50,6 +52,19 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 			cfg.defaults()
 			p := &publisher{cfg: cfg, ledger: &status.Ledger{}}
 			planner := round.New(round.Config{})
+			// The HarvestReports cannot be listed the first time: the restore
+			// is tried again, and the GPUPool's records are taken once.
+			listed := false
+			client.PrependReactor("list", "harvestreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if listed {
+					return false, nil, nil
+				}
+				listed = true
+				return true, nil, errors.New("the apiserver is away")
+			})
+			if err := p.restore(context.Background(), planner); err == nil {
+				t.Fatal("a restore that could not list the HarvestReports said nothing")
+			}
 			if err := p.restore(context.Background(), planner); err != nil {
 				t.Fatal(err)
 			}

@@ -129,6 +129,12 @@ func PeakForecastFrom(now, from time.Time, load float64, window time.Duration, t
 	return f
 }
 
+// Scaled is f with every load in it scaled by k: the forecast were the
+// loads that much above or below it.
+func (f Forecast) Scaled(k float64) Forecast {
+	return Forecast{Peak: f.Peak * k, Trend: f.Trend * k, Profile: f.Profile * k}
+}
+
 // Now is the forecast that expects the load now and nothing more.
 func Now(load float64) Forecast { return Forecast{Peak: load, Trend: load} }
 

@@ -50,8 +50,9 @@ const (
 // node's level is the first at which the forecast, so scaled, needs any of
 // the node's lendable GPUs within the span: above 1, how far the loads must
 // rise past the forecast for the node to lose them; up to 1, how far they
-// may fall short of it while the node still does. The nodes needed at none
-// of them are learned apart too.
+// may fall short of it while the node still does (never below the load now,
+// which demand.Assess keeps room for whatever the forecast). The nodes
+// needed at none of them are learned apart too.
 //
 // The time until the node is needed says less: the forecasts that a node
 // will not be needed within the span hold most of the GPUs, and whether
@@ -60,6 +61,12 @@ var loadLevels = [...]float64{0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2}
 
 // asForecast is the index of 1 in loadLevels: the forecast as it is.
 var asForecast = slices.Index(loadLevels[:], 1)
+
+func init() {
+	if asForecast < 0 || !slices.IsSorted(loadLevels[:]) {
+		panic("round: loadLevels must be sorted and hold 1")
+	}
+}
 
 // SurvivalHalfLife is how fast what the planner learned of its availability
 // forecasts fades: the forecast's errors come in spells of days (a week
@@ -83,9 +90,9 @@ type availability struct {
 	last []Availability
 	// seen[level][horizon]: GPUs first needed within the horizon's span at
 	// loadLevels[level] (len(loadLevels): at none), and how many of them
-	// survived it; faded by SurvivalHalfLife since faded.
-	seen  [len(loadLevels) + 1][len(SurvivalHorizons)]struct{ gpus, survived float64 }
-	faded time.Time
+	// survived it, faded by SurvivalHalfLife up to fadedAt.
+	seen    [len(loadLevels) + 1][len(SurvivalHorizons)]struct{ gpus, survived float64 }
+	fadedAt time.Time
 	// pending forecasts not yet judged at every horizon.
 	pending []availRecord
 	// drops: per node, the times its lendable GPUs fell and to what, within
@@ -141,8 +148,8 @@ func (a *availability) observeLendable(now time.Time, plan harvest.Plan) {
 // judge settles the pending forecasts whose spans ended by now, after
 // fading what was learned before.
 func (a *availability) judge(now time.Time) {
-	if !a.faded.IsZero() && now.After(a.faded) {
-		f := math.Exp2(-float64(now.Sub(a.faded)) / float64(SurvivalHalfLife))
+	if !a.fadedAt.IsZero() && now.After(a.fadedAt) {
+		f := fading(now.Sub(a.fadedAt))
 		for l := range a.seen {
 			for h := range a.seen[l] {
 				a.seen[l][h].gpus *= f
@@ -150,7 +157,7 @@ func (a *availability) judge(now time.Time) {
 			}
 		}
 	}
-	a.faded = now
+	a.fadedAt = now
 	kept := a.pending[:0]
 	for _, r := range a.pending {
 		done := true
@@ -198,14 +205,19 @@ func (a *availability) judge(now time.Time) {
 	}
 }
 
+// fading is what is left of a record after d: half in SurvivalHalfLife.
+func fading(d time.Duration) float64 {
+	return math.Exp2(-float64(d) / float64(SurvivalHalfLife))
+}
+
 // survival is the learned chance that GPUs first needed within horizon h's
 // span at loadLevels[level] survive it. What the record lacks is made up by
-// one GPU's worth of the forecast's own word (not needed within the span at
-// the forecast as it is), so a new planner follows its forecast and an
-// experienced one its record.
-func (a *availability) survival(level, h int) float64 {
+// one GPU's worth of the forecast's own word (kept: the forecast as it is
+// does not need them within the span), so a new planner follows its
+// forecast and an experienced one its record.
+func (a *availability) survival(level, h int, kept bool) float64 {
 	prior := 0.0
-	if level > asForecast {
+	if kept {
 		prior = 1
 	}
 	s := a.seen[level][h]
@@ -270,7 +282,7 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 				// learn from it either.
 				r.certain[h] = true
 			} else {
-				av.Survive[h] = a.survival(r.level[h], h)
+				av.Survive[h] = a.survival(r.level[h], h, needed[asForecast][i] >= span)
 			}
 			r.p[h] = av.Survive[h]
 		}
@@ -290,15 +302,16 @@ func (p *Planner) firstNeeds(obs Observation, d Decision, at []int, open []Avail
 	var out [len(loadLevels)][]time.Duration
 	var headroom [len(loadLevels)][]harvest.Headroom
 	var plans [len(loadLevels)][]harvest.NodePlan
-	left := len(loadLevels) * len(open)
+	var left [len(loadLevels)]int // nodes not yet needed at each level
 	for l := range out {
+		left[l] = len(open)
 		out[l] = make([]time.Duration, len(open))
 		for i := range open {
 			out[l][i] = AvailabilityHorizon
 		}
 	}
 	scaled := make([]demand.Forecast, len(d.Services))
-	for step := AvailabilityStep; left > 0 && step <= AvailabilityHorizon; step += AvailabilityStep {
+	for step := AvailabilityStep; slices.Max(left[:]) > 0 && step <= AvailabilityHorizon; step += AvailabilityStep {
 		from := now.Add(step - AvailabilityStep)
 		forecasts := p.forecasts(d.Services, func(s ServiceDecision) demand.Forecast {
 			if p.cfg.Oracle != nil {
@@ -307,8 +320,11 @@ func (p *Planner) firstNeeds(obs Observation, d Decision, at []int, open []Avail
 			return demand.PeakForecastFrom(now, from, s.load, AvailabilityStep, s.trend, s.profile)
 		}, window{from, AvailabilityStep})
 		for l, load := range loadLevels {
+			if left[l] == 0 {
+				continue
+			}
 			for i, f := range forecasts {
-				scaled[i] = demand.Forecast{Peak: f.Peak * load, Trend: f.Trend * load, Profile: f.Profile * load}
+				scaled[i] = f.Scaled(load)
 			}
 			h := headroomOf(d.Services, p.needsOf(d.Services, scaled))
 			if plans[l] == nil || !slices.Equal(h, headroom[l]) {
@@ -317,7 +333,7 @@ func (p *Planner) firstNeeds(obs Observation, d Decision, at []int, open []Avail
 			for i, av := range open {
 				if out[l][i] == AvailabilityHorizon && plans[l][at[i]].HarvestableGPUs < av.GPUs {
 					out[l][i] = step - AvailabilityStep
-					left--
+					left[l]--
 				}
 			}
 		}
@@ -353,8 +369,9 @@ type SurvivalCount struct {
 	Survived        [len(SurvivalHorizons)]int64
 }
 
-// maxSurvivalGPUs bounds a restored count: a year of 100,000 GPUs judged
-// every AvailabilityEvery is under 2^40.
+// maxSurvivalGPUs bounds a restored count, far above what a faded record
+// holds: 100,000 GPUs judged every AvailabilityEvery come to about 8e7 in
+// it.
 const maxSurvivalGPUs = 1 << 40
 
 // levelPercent is loadLevels[l] as SurvivalCount.NeededAtPercent says it.
@@ -393,11 +410,12 @@ func (p *Planner) Survival() []SurvivalCount {
 	return out
 }
 
-// RestoreSurvival adds counts read back after a restart to what the planner
-// learned since. A record with a level the planner does not know, a count
-// out of bounds or more survived than given is refused whole, and nothing of
-// it is added.
-func (p *Planner) RestoreSurvival(counts []SurvivalCount) error {
+// RestoreSurvival adds counts read back after a restart, published at
+// (zero: unknown), to what the planner learned since, faded for the time
+// between. A record with a level the planner does not know, a count out of
+// bounds or more survived than given is refused whole, and nothing of it is
+// added.
+func (p *Planner) RestoreSurvival(counts []SurvivalCount, at time.Time) error {
 	levels := make([]int, len(counts))
 	for i, c := range counts {
 		l := levelOf(c.NeededAtPercent)
@@ -414,10 +432,19 @@ func (p *Planner) RestoreSurvival(counts []SurvivalCount) error {
 			}
 		}
 	}
+	a := &p.avail
+	f := 1.0
+	switch {
+	case at.IsZero():
+	case a.fadedAt.IsZero():
+		a.fadedAt = at // the first judge fades it from then
+	case at.Before(a.fadedAt):
+		f = fading(a.fadedAt.Sub(at))
+	}
 	for i, c := range counts {
 		for h := range SurvivalHorizons {
-			p.avail.seen[levels[i]][h].gpus += float64(c.Given[h])
-			p.avail.seen[levels[i]][h].survived += float64(c.Survived[h])
+			a.seen[levels[i]][h].gpus += f * float64(c.Given[h])
+			a.seen[levels[i]][h].survived += f * float64(c.Survived[h])
 		}
 	}
 	return nil

@@ -511,16 +511,37 @@ func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 		t.Fatalf("record %+v", record)
 	}
 	q := New(Config{})
-	if err := q.RestoreSurvival(record); err != nil {
+	if err := q.RestoreSurvival(record, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	for l := range q.avail.seen {
 		for h := range SurvivalHorizons {
-			if got, want := q.avail.survival(l, h), p.avail.survival(l, h); got != want {
+			if got, want := q.avail.survival(l, h, true), p.avail.survival(l, h, true); got != want {
 				t.Errorf("level %d%%, horizon %d: %.4f after the restart, %.4f before", levelPercent(l), h, got, want)
 			}
 		}
 	}
+	// The time the controller was down fades the record as if it had run:
+	// published a half-life before the restarted planner's first judgement,
+	// or before what it learned since was last faded.
+	halved := func(q *Planner, when string) {
+		t.Helper()
+		if got := q.avail.seen[levelOf(110)][0]; got.gpus != 400 || got.survived != 380 {
+			t.Errorf("%s: %+v at 110%% over an hour, want 400 given and 380 survived", when, got)
+		}
+	}
+	down := New(Config{})
+	if err := down.RestoreSurvival(record, t0); err != nil {
+		t.Fatal(err)
+	}
+	down.avail.judge(t0.Add(SurvivalHalfLife))
+	halved(down, "restored, then judged a half-life later")
+	since := New(Config{})
+	since.avail.judge(t0.Add(SurvivalHalfLife))
+	if err := since.RestoreSurvival(record, t0); err != nil {
+		t.Fatal(err)
+	}
+	halved(since, "restored into a planner that judged a half-life after it was published")
 	for _, bad := range [][]SurvivalCount{
 		{{NeededAtPercent: 120, Given: [2]int64{1, 1}}},
 		{{NeededAtPercent: 100, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
@@ -530,7 +551,7 @@ func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 		{{NeededAtPercent: 100, Given: [2]int64{5, 5}}, {NeededAtPercent: -1}},
 	} {
 		fresh := New(Config{})
-		if err := fresh.RestoreSurvival(bad); err == nil {
+		if err := fresh.RestoreSurvival(bad, time.Time{}); err == nil {
 			t.Errorf("%+v was taken back", bad)
 		}
 		if got := fresh.Survival(); len(got) != 0 {
@@ -581,15 +602,15 @@ func TestSurvivalIsLearnedByHowFarTheLoadsStandFromNeedingTheNode(t *testing.T) 
 		}
 		p.Plan(obs(now, load))
 	}
-	if got := p.avail.survival(levelOf(110), 0); got > 0.2 {
+	if got := p.avail.survival(levelOf(110), 0, true); got > 0.2 {
 		t.Errorf("an hour's survival at 110%%: %.2f, want the near node's fate (lost)", got)
 	}
-	if got := p.avail.survival(levelOf(0), 0); got < 0.9 {
+	if got := p.avail.survival(levelOf(0), 0, true); got < 0.9 {
 		t.Errorf("an hour's survival at no level: %.2f, want the far node's fate (kept)", got)
 	}
 	before := p.avail.seen
 	p.avail.pending = nil
-	p.avail.judge(p.avail.faded.Add(SurvivalHalfLife))
+	p.avail.judge(p.avail.fadedAt.Add(SurvivalHalfLife))
 	for l := range before {
 		for h := range before[l] {
 			if got, want := p.avail.seen[l][h], before[l][h]; math.Abs(got.gpus-want.gpus/2) > 1e-9 || math.Abs(got.survived-want.survived/2) > 1e-9 {

@@ -349,7 +349,7 @@ func TestNoticeCheckpoint(t *testing.T) {
 // the loss.
 func TestNoticesSaveWork(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.SampleEvery = 5*24*time.Hour, 0
+	cfg.Duration, cfg.SampleEvery = 2*24*time.Hour, 0
 	fleet, jobs := SyntheticFleet(6, 2, 1), SyntheticJobs(2000, 1)
 	with, err := Run(cfg, Forecast, fleet, jobs)
 	if err != nil {
@@ -386,7 +386,7 @@ func TestNoticesSaveWork(t *testing.T) {
 // interval are placed by availability as well, which changes where they run.
 func TestAvailabilityCalibration(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.SampleEvery = 5*24*time.Hour, 0
+	cfg.Duration, cfg.SampleEvery = 4*24*time.Hour, 0
 	fleet, jobs := SyntheticFleet(6, 3, 1), SyntheticJobs(2000, 1)
 	results := map[Policy]Result{}
 	for _, p := range []Policy{Oracle, Forecast} {
