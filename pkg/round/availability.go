@@ -99,9 +99,13 @@ type availability struct {
 	// AvailabilityHorizon of now.
 	drops map[string][]drop
 	lent  map[string]int64 // each node's lendable GPUs in the last round
-	// calibration[horizon][decile]
-	calibration [len(SurvivalHorizons)][10]struct{ gpuHours, predicted, survived float64 }
+	// calibration[horizon][day][decile]: the forecasts made on each day
+	// since calibratedFrom, by the tenth of probability they gave.
+	calibration    [len(SurvivalHorizons)][][10]calibrationSums
+	calibratedFrom time.Time
 }
+
+type calibrationSums struct{ gpuHours, predicted, survived float64 }
 
 type availRecord struct {
 	at   time.Time
@@ -177,7 +181,7 @@ func (a *availability) judge(now time.Time) {
 			}
 			s.gpus += float64(r.gpus)
 			gpuHours := float64(r.gpus) * AvailabilityEvery.Hours()
-			c := &a.calibration[h][min(int(r.p[h]*10), 9)]
+			c := a.calibrated(r.at, h, r.p[h])
 			c.gpuHours += gpuHours
 			c.predicted += gpuHours * r.p[h]
 			if survived {
@@ -203,6 +207,19 @@ func (a *availability) judge(now time.Time) {
 			a.drops[name] = ds[i:]
 		}
 	}
+}
+
+// calibrated is where a forecast made at `at` giving p over horizon h is
+// checked: its day's tenth of probability.
+func (a *availability) calibrated(at time.Time, h int, p float64) *calibrationSums {
+	if a.calibratedFrom.IsZero() {
+		a.calibratedFrom = at
+	}
+	day := max(int(at.Sub(a.calibratedFrom)/(24*time.Hour)), 0)
+	for len(a.calibration[h]) <= day {
+		a.calibration[h] = append(a.calibration[h], [10]calibrationSums{})
+	}
+	return &a.calibration[h][day][min(int(p*10), 9)]
 }
 
 // fading is what is left of a record after d: half in SurvivalHalfLife.
@@ -341,16 +358,42 @@ func (p *Planner) firstNeeds(obs Observation, d Decision, at []int, open []Avail
 	return out
 }
 
-// Calibration is, per survival horizon, what became of the GPUs given each
-// tenth of probability: the check that the probabilities mean what they say.
-func (p *Planner) Calibration() [len(SurvivalHorizons)][]CalibrationBucket {
-	var out [len(SurvivalHorizons)][]CalibrationBucket
+// Calibration is, per survival horizon and per day since the first
+// forecast judged, what became of the GPUs given each tenth of probability:
+// the check that the probabilities mean what they say. Kept by day so that a
+// reader can tell how much of a gap a few days' traffic makes
+// (SumCalibration adds the days up).
+func (p *Planner) Calibration() [len(SurvivalHorizons)][][]CalibrationBucket {
+	var out [len(SurvivalHorizons)][][]CalibrationBucket
 	for h := range SurvivalHorizons {
-		for i, c := range p.avail.calibration[h] {
-			if c.gpuHours == 0 {
-				continue
-			}
-			out[h] = append(out[h], CalibrationBucket{From: float64(i) / 10, To: float64(i+1) / 10, GPUHours: c.gpuHours,
+		for _, day := range p.avail.calibration[h] {
+			out[h] = append(out[h], bucketsOf(day))
+		}
+	}
+	return out
+}
+
+// SumCalibration is the buckets of several days (Calibration) added up, one
+// per tenth of probability that any day holds, in order.
+func SumCalibration(days [][]CalibrationBucket) []CalibrationBucket {
+	var sum [10]calibrationSums
+	for _, day := range days {
+		for _, b := range day {
+			c := &sum[min(int(b.From*10+0.5), 9)]
+			c.gpuHours += b.GPUHours
+			c.predicted += b.Predicted * b.GPUHours
+			c.survived += b.Survived * b.GPUHours
+		}
+	}
+	return bucketsOf(sum)
+}
+
+// bucketsOf is the tenths of probability that hold any GPU-hours, in order.
+func bucketsOf(tenths [10]calibrationSums) []CalibrationBucket {
+	var out []CalibrationBucket
+	for i, c := range tenths {
+		if c.gpuHours > 0 {
+			out = append(out, CalibrationBucket{From: float64(i) / 10, To: float64(i+1) / 10, GPUHours: c.gpuHours,
 				Predicted: c.predicted / c.gpuHours, Survived: c.survived / c.gpuHours})
 		}
 	}

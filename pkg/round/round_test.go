@@ -482,8 +482,8 @@ func TestAvailability(t *testing.T) {
 		p.Plan(obs(now))
 	}
 	cal := p.Calibration()
-	frac := func(bs []CalibrationBucket) (hours, survived float64) {
-		for _, b := range bs {
+	frac := func(days [][]CalibrationBucket) (hours, survived float64) {
+		for _, b := range SumCalibration(days) {
 			hours += b.GPUHours
 			survived += b.Survived * b.GPUHours
 		}

@@ -70,11 +70,11 @@ func WriteTable(w io.Writer, results []Result) error {
 func writeCalibration(w io.Writer, results []Result) error {
 	for _, r := range results {
 		for _, c := range r.Availability {
-			fmt.Fprintf(w, "\n%s: lendable GPUs surviving %gh (worst gap %.1f points over buckets with >= 1%% of GPU-hours)\n", r.Policy, c.Hours, c.WorstPoints)
+			fmt.Fprintf(w, "\n%s: lendable GPUs surviving %gh (worst gap %.1f points over buckets with >= 1%% of GPU-hours, %.1f on average)\n", r.Policy, c.Hours, c.WorstPoints, c.MeanPoints)
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "probability given\tGPU-h\tmean given\tsurvived\t")
+			fmt.Fprintln(tw, "probability given\tGPU-h\tmean given\tsurvived\tdays\tgap, 90% over the days drawn again\t")
 			for _, b := range c.Buckets {
-				fmt.Fprintf(tw, "%.1f-%.1f\t%.0f\t%.3f\t%.3f\t\n", b.From, b.To, b.GPUHours, b.Predicted, b.Survived)
+				fmt.Fprintf(tw, "%.1f-%.1f\t%.0f\t%.3f\t%.3f\t%d\t%+.1f to %+.1f\t\n", b.From, b.To, b.GPUHours, b.Predicted, b.Survived, b.Days, b.GapLow, b.GapHigh)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

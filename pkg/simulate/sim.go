@@ -67,6 +67,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -406,24 +407,93 @@ type Result struct {
 
 // Calibration is how well the survival probabilities over one span held.
 type Calibration struct {
-	Hours   float64                   `json:"hours"`
-	Buckets []round.CalibrationBucket `json:"buckets"`
+	Hours   float64             `json:"hours"`
+	Buckets []CalibrationBucket `json:"buckets"`
 	// WorstPoints is the largest gap, in percentage points, between the
 	// probability given and the fraction that survived, over the buckets
 	// holding at least 1% of the GPU-hours.
 	WorstPoints float64 `json:"worstPoints"`
+	// MeanPoints is the gap averaged over the GPU-hours of every bucket.
+	MeanPoints float64 `json:"meanPoints"`
 }
 
-func newCalibration(span time.Duration, buckets []round.CalibrationBucket) Calibration {
-	c := Calibration{Hours: span.Hours(), Buckets: buckets}
+// CalibrationBucket is one tenth of probability and how far its gap could
+// move with other days of the same traffic.
+type CalibrationBucket struct {
+	round.CalibrationBucket
+	// GapLow and GapHigh bound, in points, 90% of the gap (Survived -
+	// Predicted) over the run's days drawn again with replacement
+	// (calibrationResamples times, the same draws every run). The
+	// forecast's errors come in spells of a day or two that strike every
+	// node at once, so a tenth that a few days fill can be several points
+	// off on one run's days alone; a bucket whose range holds 0 is as
+	// calibrated as those days can tell. A tenth that one day fills has no
+	// range: the draws cannot tell.
+	GapLow  float64 `json:"gapLow"`
+	GapHigh float64 `json:"gapHigh"`
+	// Days is how many of the run's days gave the tenth any GPU-hours.
+	Days int `json:"days"`
+}
+
+// calibrationResamples is how many times the days are drawn again.
+const calibrationResamples = 2000
+
+// newCalibration checks the probabilities given over span, from the
+// planner's record by day (round.Planner.Calibration).
+func newCalibration(span time.Duration, days [][]round.CalibrationBucket) Calibration {
+	c := Calibration{Hours: span.Hours()}
 	var total float64
-	for _, b := range buckets {
+	for _, b := range round.SumCalibration(days) {
 		total += b.GPUHours
+		c.MeanPoints += b.GPUHours * 100 * math.Abs(b.Predicted-b.Survived)
+		c.Buckets = append(c.Buckets, CalibrationBucket{CalibrationBucket: b})
 	}
-	for _, b := range buckets {
+	if total == 0 {
+		return Calibration{}
+	}
+	c.MeanPoints /= total
+	for _, b := range c.Buckets {
 		if b.GPUHours >= total/100 {
 			c.WorstPoints = max(c.WorstPoints, 100*math.Abs(b.Predicted-b.Survived))
 		}
+	}
+	// of is the place in c.Buckets of a day's bucket.
+	of := func(b round.CalibrationBucket) int {
+		return slices.IndexFunc(c.Buckets, func(cb CalibrationBucket) bool { return cb.From == b.From })
+	}
+	for _, day := range days {
+		for _, b := range day {
+			c.Buckets[of(b)].Days++
+		}
+	}
+	// Each draw takes len(days) days with replacement and adds up, per
+	// bucket, the GPU-hours, those given times their probability and those
+	// that survived.
+	gaps := make([][]float64, len(c.Buckets))
+	rng := rand.New(rand.NewPCG(1, 2))
+	drawn := make([]struct{ gpuHours, given, survived float64 }, len(c.Buckets))
+	for range calibrationResamples {
+		clear(drawn)
+		for range days {
+			for _, b := range days[rng.IntN(len(days))] {
+				d := &drawn[of(b)]
+				d.gpuHours += b.GPUHours
+				d.given += b.GPUHours * b.Predicted
+				d.survived += b.GPUHours * b.Survived
+			}
+		}
+		for i, d := range drawn {
+			if d.gpuHours > 0 {
+				gaps[i] = append(gaps[i], 100*(d.survived-d.given)/d.gpuHours)
+			}
+		}
+	}
+	for i, g := range gaps {
+		if len(g) == 0 {
+			continue
+		}
+		slices.Sort(g)
+		c.Buckets[i].GapLow, c.Buckets[i].GapHigh = g[(len(g)-1)*5/100], g[(len(g)-1)*95/100]
 	}
 	return c
 }
@@ -609,9 +679,9 @@ func (s *sim) run() {
 		r.HarvestedFraction = r.HarvestedGPUHours / r.IdleGPUHours
 	}
 	r.Savings = r.HarvestedGPUHours * cfg.PricePerGPUHour
-	for h, buckets := range s.planner.Calibration() {
-		if len(buckets) > 0 {
-			r.Availability = append(r.Availability, newCalibration(round.SurvivalHorizons[h], buckets))
+	for h, days := range s.planner.Calibration() {
+		if c := newCalibration(round.SurvivalHorizons[h], days); len(c.Buckets) > 0 {
+			r.Availability = append(r.Availability, c)
 		}
 	}
 	if len(s.leads) > 0 {
