@@ -100,7 +100,8 @@ type availability struct {
 	drops map[string][]drop
 	lent  map[string]int64 // each node's lendable GPUs in the last round
 	// calibration[horizon][day][decile]: the forecasts made on each day
-	// since calibratedFrom, by the tenth of probability they gave.
+	// since calibratedFrom, by the tenth of probability they gave (480 bytes
+	// a day; only the simulator reads it).
 	calibration    [len(SurvivalHorizons)][][10]calibrationSums
 	calibratedFrom time.Time
 }
