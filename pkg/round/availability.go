@@ -108,6 +108,13 @@ type availability struct {
 
 type calibrationSums struct{ gpuHours, predicted, survived float64 }
 
+// add counts gpuHours given probability p, of which the fraction survived.
+func (c *calibrationSums) add(gpuHours, p, survived float64) {
+	c.gpuHours += gpuHours
+	c.predicted += gpuHours * p
+	c.survived += gpuHours * survived
+}
+
 type availRecord struct {
 	at   time.Time
 	node string
@@ -181,14 +188,12 @@ func (a *availability) judge(now time.Time) {
 				s = &struct{ gpus, survived float64 }{} // not learned from
 			}
 			s.gpus += float64(r.gpus)
-			gpuHours := float64(r.gpus) * AvailabilityEvery.Hours()
-			c := a.calibrated(r.at, h, r.p[h])
-			c.gpuHours += gpuHours
-			c.predicted += gpuHours * r.p[h]
+			fraction := 0.0
 			if survived {
 				s.survived += float64(r.gpus)
-				c.survived += gpuHours
+				fraction = 1
 			}
+			a.calibrated(r.at, h, r.p[h]).add(float64(r.gpus)*AvailabilityEvery.Hours(), r.p[h], fraction)
 			r.judged[h] = true
 		}
 		if !done {
@@ -380,10 +385,7 @@ func SumCalibration(days [][]CalibrationBucket) []CalibrationBucket {
 	var sum [10]calibrationSums
 	for _, day := range days {
 		for _, b := range day {
-			c := &sum[min(int(b.From*10+0.5), 9)]
-			c.gpuHours += b.GPUHours
-			c.predicted += b.Predicted * b.GPUHours
-			c.survived += b.Survived * b.GPUHours
+			sum[min(int(b.From*10+0.5), 9)].add(b.GPUHours, b.Predicted, b.Survived)
 		}
 	}
 	return bucketsOf(sum)

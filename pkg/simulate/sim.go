@@ -466,26 +466,17 @@ func newCalibration(span time.Duration, days [][]round.CalibrationBucket) Calibr
 			c.Buckets[of(b)].Days++
 		}
 	}
-	// Each draw takes len(days) days with replacement and adds up, per
-	// bucket, the GPU-hours, those given times their probability and those
-	// that survived.
+	// Each draw takes len(days) days with replacement and adds them up.
 	gaps := make([][]float64, len(c.Buckets))
 	rng := rand.New(rand.NewPCG(1, 2))
-	drawn := make([]struct{ gpuHours, given, survived float64 }, len(c.Buckets))
+	drawn := make([][]round.CalibrationBucket, len(days))
 	for range calibrationResamples {
-		clear(drawn)
-		for range days {
-			for _, b := range days[rng.IntN(len(days))] {
-				d := &drawn[of(b)]
-				d.gpuHours += b.GPUHours
-				d.given += b.GPUHours * b.Predicted
-				d.survived += b.GPUHours * b.Survived
-			}
+		for i := range drawn {
+			drawn[i] = days[rng.IntN(len(days))]
 		}
-		for i, d := range drawn {
-			if d.gpuHours > 0 {
-				gaps[i] = append(gaps[i], 100*(d.survived-d.given)/d.gpuHours)
-			}
+		for _, b := range round.SumCalibration(drawn) {
+			i := of(b)
+			gaps[i] = append(gaps[i], 100*(b.Survived-b.Predicted))
 		}
 	}
 	for i, g := range gaps {
