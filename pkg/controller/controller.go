@@ -498,7 +498,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
-				if apierrors.IsTooManyRequests(err) {
+				if reclaim.RefusedByBudget(err) {
 					evictionsTotal.WithLabelValues("blocked").Inc()
 				} else {
 					evictionsTotal.WithLabelValues("error").Inc()

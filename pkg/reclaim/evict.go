@@ -2,7 +2,9 @@ package reclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +83,7 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil
-	case apierrors.IsTooManyRequests(err):
+	case RefusedByBudget(err):
 		since, first := e.refused(pod)
 		if first {
 			e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller tries other pods, and deletes this one without the budget's check if its evictions are still refused after %v", err, e.pdbWait())
@@ -93,6 +95,25 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	default:
 		return fmt.Errorf("evicting %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+}
+
+// multipleBudgets is what the API server answers, with a 500, to an eviction
+// of a pod that more than one PodDisruptionBudget selects: it never allows
+// one, whatever the budgets say (pkg/registry/core/pod/storage/eviction.go).
+const multipleBudgets = "more than one PodDisruptionBudget"
+
+// RefusedByBudget tells whether err is an eviction refused for a
+// PodDisruptionBudget's sake: 429 while a budget allows no disruption, or the
+// API server's status for a pod under two budgets (a 500, or by some versions
+// a Failure body). Either is a tenant's to cause (budgets
+// live in their namespaces), so both count toward PDBWait; a pod two budgets
+// select would otherwise shield its GPUs for ever.
+func RefusedByBudget(err error) bool {
+	if apierrors.IsTooManyRequests(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && strings.Contains(status.Status().Message, multipleBudgets)
 }
 
 // force deletes a pod whose evictions were refused for waited, with its

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -48,7 +49,8 @@ func (r *podRecorder) drain() []string {
 }
 
 // cluster is a fake API server holding pods. Evicting a pod in refuse gets 429
-// (as a PodDisruptionBudget would), one in fail gets 500, one not stored gets 404.
+// (as a PodDisruptionBudget would), one in fail gets 500, one named twice-*
+// gets the 500 of a pod two budgets select, one not stored gets 404.
 type cluster struct {
 	client   *fake.Clientset
 	recorder *podRecorder
@@ -81,6 +83,10 @@ func newCluster(t *testing.T, stored []*v1.Pod, refuse, fail []string) *cluster 
 			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 		case failed[ev.Name]:
 			return true, nil, apierrors.NewInternalError(errors.New("etcd is sad"))
+		case strings.HasPrefix(ev.Name, "twice-"):
+			// As pkg/registry/core/pod/storage/eviction.go answers.
+			return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+				Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}}
 		}
 		return false, nil, nil // the default tracker: 404 for a pod it does not hold
 	})
@@ -397,40 +403,45 @@ func TestReturning(t *testing.T) {
 	}
 }
 
-// A PodDisruptionBudget that never allows a disruption shields its pod only
+// A PodDisruptionBudget that never allows a disruption, or two that select
+// the same pod (which the API server refuses for ever), shields its pod only
 // for PDBWait: the refusal is reported once, and then the pod is deleted with
 // its capped grace, without the budget's check, and an Event says so.
 func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
-	p := pod("shielded", now, "")
-	p.UID = "uid-shielded"
-	p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(3600))
-	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
-	clk := clocktesting.NewFakePassiveClock(now)
-	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
-	for i := range 3 {
-		clk.SetTime(now.Add(time.Duration(i) * 30 * time.Second))
-		if err := c.evictor.Evict(context.Background(), p, "test"); !apierrors.IsTooManyRequests(err) {
-			t.Fatalf("attempt %d: %v, want refused", i, err)
-		}
-	}
-	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + ReasonReclaimBlocked}) {
-		t.Fatalf("events %v: the refusal is reported once", got)
-	}
-	clk.SetTime(now.Add(2 * time.Minute))
-	if err := c.evictor.Evict(context.Background(), p, "inference needs node-1"); err != nil {
-		t.Fatal(err)
-	}
-	var deleted *int64
-	for _, a := range c.client.Actions() {
-		if d, ok := a.(k8stesting.DeleteAction); ok && d.GetName() == "shielded" {
-			deleted = d.GetDeleteOptions().GracePeriodSeconds
-		}
-	}
-	if deleted == nil || *deleted != 120 {
-		t.Fatalf("deleted with grace %v, want the capped 120 s", deleted)
-	}
-	if got := c.recorder.on[len(c.recorder.on)-1]; got != "ml/shielded "+ReasonReclaimForced {
-		t.Fatalf("last event %q, want %s", got, ReasonReclaimForced)
+	for _, name := range []string{"shielded", "twice-shielded"} {
+		t.Run(name, func(t *testing.T) {
+			p := pod(name, now, "")
+			p.UID = types.UID("uid-" + name)
+			p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(3600))
+			c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
+			clk := clocktesting.NewFakePassiveClock(now)
+			c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
+			for i := range 3 {
+				clk.SetTime(now.Add(time.Duration(i) * 30 * time.Second))
+				if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+					t.Fatalf("attempt %d: %v, want refused", i, err)
+				}
+			}
+			if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/" + name + " " + ReasonReclaimBlocked}) {
+				t.Fatalf("events %v: the refusal is reported once", got)
+			}
+			clk.SetTime(now.Add(2 * time.Minute))
+			if err := c.evictor.Evict(context.Background(), p, "inference needs node-1"); err != nil {
+				t.Fatal(err)
+			}
+			var deleted *int64
+			for _, a := range c.client.Actions() {
+				if d, ok := a.(k8stesting.DeleteAction); ok && d.GetName() == name {
+					deleted = d.GetDeleteOptions().GracePeriodSeconds
+				}
+			}
+			if deleted == nil || *deleted != 120 {
+				t.Fatalf("deleted with grace %v, want the capped 120 s", deleted)
+			}
+			if got := c.recorder.on[len(c.recorder.on)-1]; got != "ml/"+name+" "+ReasonReclaimForced {
+				t.Fatalf("last event %q, want %s", got, ReasonReclaimForced)
+			}
+		})
 	}
 }
 

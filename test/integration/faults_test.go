@@ -107,58 +107,74 @@ func TestFaults(t *testing.T) {
 		quiet(env)
 	})
 
-	t.Run("a PodDisruptionBudget shields a pod only for the wait", func(t *testing.T) {
-		env := env.in(t)
-		const pdbWait = 2 * time.Second
-		env.stopController()
-		env.startControllerWith(func(c *controller.Config) {
-			c.MaxReclaimGrace, c.PDBWait, c.Heartbeat.Identity = graceCap, pdbWait, "pdb"
-		})
-		env.waitHeartbeatHolder("pdb")
-		zero := intstr.FromInt32(0)
-		pdb := &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Namespace: researchNS, Name: "never"},
-			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shielded"}}},
-		}
-		created, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).Create(env.ctx, pdb, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Its status as the disruption controller would keep it: no disruption allowed.
-		created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, DisruptionsAllowed: 0,
-			CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
-		if _, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).UpdateStatus(env.ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		shielded := bestEffortPod("shielded", 4)
-		shielded.Labels = map[string]string{"app": "shielded"}
-		shielded.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
-		env.create(shielded)
-		env.waitBound(researchNS, "shielded", 20*time.Second)
-		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
-
-		start := time.Now()
-		chat0.set(vllmServing, 16, 5, 0.9)
-		env.waitEvent(researchNS, "shielded", reclaim.ReasonReclaimBlocked, "refused", 15*time.Second)
-		env.waitEvent(researchNS, "shielded", reclaim.ReasonReclaimForced, "without its PodDisruptionBudget's check", 15*time.Second)
-		blocked := 0
-		for _, e := range env.events(researchNS, "shielded") {
-			if e.Reason == reclaim.ReasonReclaimBlocked {
-				blocked += int(max(e.Count, 1))
+	// Budgets live in the tenants' namespaces: whatever they hold, a pod
+	// keeps its GPUs from inference for PDBWait at most. One budget that
+	// allows no disruption gets 429s; two that select the same pod get a 500
+	// from the API server whatever they allow, for ever.
+	const pdbWait = 2 * time.Second
+	for _, tc := range []struct {
+		name, pod, what string
+		budgets         map[string]int32 // name: maxUnavailable, and as many disruptions allowed
+	}{
+		{name: "a PodDisruptionBudget shields a pod only for the wait", pod: "shielded", what: "a maxUnavailable: 0 budget",
+			budgets: map[string]int32{"never": 0}},
+		{name: "two PodDisruptionBudgets on one pod shield it only for the wait", pod: "twice", what: "two budgets that each allow a disruption",
+			budgets: map[string]int32{"twice-1": 1, "twice-2": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := env.in(t)
+			env.stopController()
+			env.startControllerWith(func(c *controller.Config) {
+				c.MaxReclaimGrace, c.PDBWait, c.Heartbeat.Identity = graceCap, pdbWait, "pdb-"+tc.pod
+			})
+			env.waitHeartbeatHolder("pdb-" + tc.pod)
+			for name, allowed := range tc.budgets {
+				maxUnavailable := intstr.FromInt32(allowed)
+				pdb := &policyv1.PodDisruptionBudget{
+					ObjectMeta: metav1.ObjectMeta{Namespace: researchNS, Name: name},
+					Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &maxUnavailable,
+						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": tc.pod}}},
+				}
+				created, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).Create(env.ctx, pdb, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Its status as the disruption controller would keep it.
+				created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, DisruptionsAllowed: allowed,
+					CurrentHealthy: 1, DesiredHealthy: 1 - allowed, ExpectedPods: 1}
+				if _, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).UpdateStatus(env.ctx, created, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		if blocked != 1 {
-			t.Errorf("%d GleanerReclaimBlocked events, want the refusal reported once", blocked)
-		}
-		env.createChatReplica("chat-1", env.vllm("llama-chat"))
-		took, budget := time.Since(start), scrapeInterval+pdbWait+graceCap+5*time.Second
-		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget: refusal reported %d time(s), deleted after the %v wait, inference waited %v (budget scrape + wait + cap + 5 s = %v)", blocked, pdbWait, took.Round(time.Millisecond), budget)
-		if took > budget {
-			t.Fatalf("inference waited %v, budget %v", took, budget)
-		}
-		quiet(env)
-	})
+			shielded := bestEffortPod(tc.pod, 4)
+			shielded.Labels = map[string]string{"app": tc.pod}
+			shielded.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+			env.create(shielded)
+			env.waitBound(researchNS, tc.pod, 20*time.Second)
+			fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+
+			start := time.Now()
+			chat0.set(vllmServing, 16, 5, 0.9)
+			env.waitEvent(researchNS, tc.pod, reclaim.ReasonReclaimBlocked, "refused", 15*time.Second)
+			env.waitEvent(researchNS, tc.pod, reclaim.ReasonReclaimForced, "without its PodDisruptionBudget's check", 15*time.Second)
+			blocked := 0
+			for _, e := range env.events(researchNS, tc.pod) {
+				if e.Reason == reclaim.ReasonReclaimBlocked {
+					blocked += int(max(e.Count, 1))
+				}
+			}
+			if blocked != 1 {
+				t.Errorf("%d GleanerReclaimBlocked events, want the refusal reported once", blocked)
+			}
+			env.createChatReplica("chat-1", env.vllm("llama-chat"))
+			took, budget := time.Since(start), scrapeInterval+pdbWait+graceCap+5*time.Second
+			t.Logf("fault: best-effort pod under %s: refusal reported %d time(s), deleted after the %v wait, inference waited %v (budget scrape + wait + cap + 5 s = %v)", tc.what, blocked, pdbWait, took.Round(time.Millisecond), budget)
+			if took > budget {
+				t.Fatalf("inference waited %v, budget %v", took, budget)
+			}
+			quiet(env)
+		})
+	}
 
 	t.Run("a pending inference replica drains a node at once", func(t *testing.T) {
 		env := env.in(t)
