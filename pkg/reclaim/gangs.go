@@ -127,42 +127,50 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 	if owed <= 0 {
 		return nil
 	}
-	var useful []Unit
+	// Each unit's GPUs on node, once: a gang's members may be many, and the
+	// exact search below would otherwise walk them for each of its sets.
+	var useful []unitOn
 	for _, u := range units {
-		if u.GPUsOn(node) > 0 {
-			useful = append(useful, u)
+		if g := u.GPUsOn(node); g > 0 {
+			useful = append(useful, unitOn{u, g})
 		}
 	}
-	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j], node) })
+	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j]) })
 	if len(useful) <= exhaustiveLimit {
-		return cheapestCover(useful, node, owed)
+		return cheapestCover(useful, owed)
 	}
 	// Too many for an exact search: least lost work first until covered. A
 	// gang that shed what it could spare may still have to go whole: if
 	// shedding leaves GPUs owed, choose among whole units only.
-	chosen, freed := greedyCover(useful, node, owed)
+	chosen, freed := greedyCover(useful, owed)
 	if freed < owed {
-		chosen, _ = greedyCover(slices.DeleteFunc(useful, func(u Unit) bool { return u.gang != "" }), node, owed)
+		chosen, _ = greedyCover(slices.DeleteFunc(useful, func(u unitOn) bool { return u.gang != "" }), owed)
 	}
 	return chosen
 }
 
+// unitOn is a unit and the GPUs its members hold on the node being chosen for.
+type unitOn struct {
+	Unit
+	gpus int64
+}
+
 // greedyCover takes units in order while they are allowed together, until
-// owed GPUs come back on node, and returns them and the GPUs they free there.
-func greedyCover(units []Unit, node string, owed int64) (chosen []Unit, freed int64) {
+// owed GPUs come back, and returns them and the GPUs they free.
+func greedyCover(units []unitOn, owed int64) (chosen []Unit, freed int64) {
 	for _, u := range units {
 		if freed >= owed {
 			break
 		}
-		if allowed(append(chosen[:len(chosen):len(chosen)], u)) {
-			chosen = append(chosen, u)
-			freed += u.GPUsOn(node)
+		if allowed(append(chosen[:len(chosen):len(chosen)], u.Unit)) {
+			chosen = append(chosen, u.Unit)
+			freed += u.gpus
 		}
 	}
 	return chosen, freed
 }
 
-func cheapestCover(units []Unit, node string, owed int64) []Unit {
+func cheapestCover(units []unitOn, owed int64) []Unit {
 	type cost struct {
 		lost        float64
 		pods, units int
@@ -178,7 +186,7 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 	}
 	bestMask, found := 0, false
 	var best cost
-	elastic := slices.ContainsFunc(units, func(u Unit) bool { return u.gang != "" })
+	elastic := slices.ContainsFunc(units, func(u unitOn) bool { return u.gang != "" })
 	var set []Unit
 	for mask := 1; mask < 1<<len(units); mask++ {
 		var freed int64
@@ -186,34 +194,31 @@ func cheapestCover(units []Unit, node string, owed int64) []Unit {
 		set = set[:0]
 		for i, u := range units {
 			if mask&(1<<i) != 0 {
-				freed += u.GPUsOn(node)
+				freed += u.gpus
 				if !u.Prepared {
 					c.lost += u.LostWork
 				}
 				c.pods += len(u.Members)
 				c.units++
-				set = append(set, u)
+				set = append(set, u.Unit)
 			}
 		}
 		if freed >= owed && (!found || better(c, best)) && (!elastic || allowed(set)) {
 			bestMask, best, found = mask, c, true
 		}
 	}
-	if !found {
-		return slices.DeleteFunc(slices.Clone(units), func(u Unit) bool { return u.gang != "" })
-	}
 	var chosen []Unit
 	for i, u := range units {
-		if bestMask&(1<<i) != 0 {
-			chosen = append(chosen, u)
+		if !found && u.gang == "" || found && bestMask&(1<<i) != 0 {
+			chosen = append(chosen, u.Unit)
 		}
 	}
 	return chosen
 }
 
 // lessUnit is the eviction order: prepared first, then least lost work,
-// fewest pods, most GPUs back on node, key.
-func lessUnit(a, b Unit, node string) bool {
+// fewest pods, most GPUs back on the node, key.
+func lessUnit(a, b unitOn) bool {
 	if a.Prepared != b.Prepared {
 		return a.Prepared
 	}
@@ -223,8 +228,8 @@ func lessUnit(a, b Unit, node string) bool {
 	if len(a.Members) != len(b.Members) {
 		return len(a.Members) < len(b.Members)
 	}
-	if ga, gb := a.GPUsOn(node), b.GPUsOn(node); ga != gb {
-		return ga > gb
+	if a.gpus != b.gpus {
+		return a.gpus > b.gpus
 	}
 	return a.Key < b.Key
 }

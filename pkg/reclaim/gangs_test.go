@@ -336,3 +336,27 @@ func TestChooseGreedyTakesAnElasticGangWholeWhenSheddingFallsShort(t *testing.T)
 		t.Fatalf("chose %v freeing %d of 10: want the gang whole first, then one lone pod", keys, freed)
 	}
 }
+
+// BenchmarkTakeLargeElasticGang takes 15 GPUs back from a node holding 15
+// one-GPU members of an elastic gang whose other 20,000 members, a tenant's
+// to create, hold no GPU anywhere: the exact search over the 16 units useful
+// on the node (each member and the gang whole) must not walk the gang's
+// members for each of its 65,535 sets.
+func BenchmarkTakeLargeElasticGang(b *testing.B) {
+	var gang []Candidate
+	for i := range 15 {
+		gang = append(gang, member(fmt.Sprintf("on-%d", i), "n1", "huge", 1, 0))
+	}
+	for i := range 20_000 {
+		gang = append(gang, member(fmt.Sprintf("off-%d", i), fmt.Sprintf("cpu-%d", i%100), "huge", 0, 0))
+	}
+	gang = quorum(2, gang...)
+	owed := []Owed{{Node: "n1", GPUs: 15, Why: "inference"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		evicted, left, errs := Take(owed, gang, func(Candidate, Owed) error { return nil })
+		if len(left) != 0 || len(errs) != 0 || len(evicted) == 0 {
+			b.Fatalf("evicted %d, still owed %v, errors %v", len(evicted), left, errs)
+		}
+	}
+}
