@@ -2,6 +2,7 @@ package gang
 
 import (
 	"context"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -374,5 +375,35 @@ func TestFrameworkUnreserveReleasesSiblingsAndBacksOff(t *testing.T) {
 	}
 	if _, st, _ := env.fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), m3); !st.IsSuccess() {
 		t.Fatalf("PreFilter after the backoff = %v, want Success", st)
+	}
+}
+
+// A tenant's scheduleTimeoutSeconds of 68 years backs its group off for
+// maxTimeout at most: each backoff holds a timer and an entry until it ends.
+func TestFrameworkBackoffIsBounded(t *testing.T) {
+	m1, m2 := member("m1", "g", "n1"), member("m2", "g", "")
+	env := newGangEnv(t, []*schedv1alpha1.PodGroup{podGroup("g", 2, math.MaxInt32)}, []*v1.Pod{unbound(m1), m2}, []*v1.Pod{m1})
+	ctx := context.Background()
+	env.activated.waitFor(2)
+	env.fw.RunReservePluginsUnreserve(ctx, framework.NewCycleState(), m1, "n1")
+	if _, st, _ := env.fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), m2); !strings.Contains(st.Message(), ErrReasonBackingOff) {
+		t.Fatalf("PreFilter during the backoff = %v, want %q", st, ErrReasonBackingOff)
+	}
+	env.clock.Step(maxTimeout)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		env.gang.mu.Lock()
+		left := len(env.gang.backoff)
+		env.gang.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backoffs remembered %v after the release", left, maxTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, st, _ := env.fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), m2); !st.IsSuccess() {
+		t.Fatalf("PreFilter after %v = %v, want Success", maxTimeout, st)
 	}
 }

@@ -313,10 +313,7 @@ func (g *Gang) Permit(ctx context.Context, state fwk.CycleState, pod *v1.Pod, no
 		})
 		return nil, 0
 	}
-	timeout := g.timeout
-	if pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
-		timeout = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
-	}
+	timeout := g.timeoutOf(pg)
 	pluginmetrics.GangDecisions.WithLabelValues("waiting").Inc()
 	// Siblings rejected earlier (say, before the PodGroup was seen) get another
 	// try now that this member holds its place; the scheduler activates them
@@ -373,6 +370,21 @@ func (g *Gang) inSnapshot(node string, uid types.UID) bool {
 	return false
 }
 
+// maxTimeout bounds a PodGroup's scheduleTimeoutSeconds, as the framework
+// bounds a wait at Permit: the group's tenant sets it, and each backoff holds
+// a timer and an entry in memory until it ends, even after the group is gone.
+const maxTimeout = 15 * time.Minute
+
+// timeoutOf is how long pg's members wait at Permit, and the group backs off
+// after a failed try: its scheduleTimeoutSeconds up to maxTimeout, or the
+// default.
+func (g *Gang) timeoutOf(pg *schedv1alpha1.PodGroup) time.Duration {
+	if t := pg.Spec.ScheduleTimeoutSeconds; t != nil && *t > 0 {
+		return min(time.Duration(*t)*time.Second, maxTimeout)
+	}
+	return g.timeout
+}
+
 // Reserve has nothing to do; Unreserve is where a failed member takes the rest down.
 func (g *Gang) Reserve(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status { return nil }
 
@@ -386,8 +398,8 @@ func (g *Gang) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ s
 	}
 	g.assumedOn.Delete(pod.UID)
 	backoff := g.timeout
-	if pg, err := g.groups.PodGroups(pod.Namespace).Get(name); err == nil && pg.Spec.ScheduleTimeoutSeconds != nil && *pg.Spec.ScheduleTimeoutSeconds > 0 {
-		backoff = time.Duration(*pg.Spec.ScheduleTimeoutSeconds) * time.Second
+	if pg, err := g.groups.PodGroups(pod.Namespace).Get(name); err == nil {
+		backoff = g.timeoutOf(pg)
 	}
 	pluginmetrics.GangDecisions.WithLabelValues("released").Inc()
 	key, until := groupKey(pod.Namespace, name), g.clock.Now().Add(backoff)
