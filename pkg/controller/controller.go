@@ -214,6 +214,9 @@ type Controller struct {
 	// services: the services of the last round (each with a forecast load
 	// series).
 	services map[string]bool
+	// noticed: the pods this controller gave a reclaim notice that stands;
+	// foreign: the pods whose notice, not one it gave, it withdrew once.
+	noticed, foreign map[types.UID]bool
 }
 
 // New builds a controller, or says what is wrong with cfg. Nothing runs until
@@ -271,6 +274,8 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		drainingSince: map[string]time.Time{},
 		served:        map[string]*appsv1.Deployment{},
 		reported:      map[string]string{},
+		noticed:       map[types.UID]bool{},
+		foreign:       map[types.UID]bool{},
 	}
 }
 

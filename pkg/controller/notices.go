@@ -31,6 +31,12 @@ const noticeMoved = time.Minute
 // Event the first time) and withdraws those of pods no longer noticed and not
 // being evicted. Pods whose notice stands and moved less than noticeMoved are
 // left alone.
+//
+// A notice the controller did not give (a previous leader's, or the pod's
+// own) is withdrawn once per pod and then left alone: the annotation is the
+// tenant's to write, moves nothing (the round keeps its own notices), and a
+// tenant writing it back before every round must not cost two writes and an
+// Event each time.
 func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decision) []error {
 	logger := klog.FromContext(ctx)
 	want := make(map[types.UID]round.Notice, len(d.Notices))
@@ -42,7 +48,9 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 		evicted[v.Pod.UID] = true
 	}
 	var errs []error
+	live := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
+		live[p.UID] = true
 		if p.Spec.NodeName == "" || !api.IsBestEffort(p, *c.cfg.BestEffortPriorityThreshold) {
 			continue
 		}
@@ -51,6 +59,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 		switch {
 		case noticed:
 			if was, err := time.Parse(time.RFC3339, current); has && err == nil && n.At.Sub(was).Abs() < noticeMoved {
+				c.noticed[p.UID] = true
 				continue
 			}
 			why := noticeWhy(n)
@@ -59,6 +68,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 				errs = append(errs, err)
 				continue
 			}
+			c.noticed[p.UID] = true
 			if !has {
 				noticesTotal.WithLabelValues("given").Inc()
 				c.recorder.Eventf(p, v1.EventTypeNormal, ReasonReclaimNotice, "%s; checkpoint before then", why)
@@ -66,16 +76,30 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 			} else {
 				noticesTotal.WithLabelValues("moved").Inc()
 			}
-		case has && !evicted[p.UID] && p.DeletionTimestamp == nil:
+		case has && !evicted[p.UID] && p.DeletionTimestamp == nil && (c.noticed[p.UID] || !c.foreign[p.UID]):
 			why := "The GPUs of node " + p.Spec.NodeName + " are no longer forecast to be needed; the notice is withdrawn"
 			if err := c.writeNotice(ctx, p, "", v1.ConditionFalse, ReasonReclaimNoticeWithdrawn, why); err != nil {
 				noticesTotal.WithLabelValues("error").Inc()
 				errs = append(errs, err)
 				continue
 			}
+			if !c.noticed[p.UID] {
+				c.foreign[p.UID] = true
+			}
+			delete(c.noticed, p.UID)
 			noticesTotal.WithLabelValues("withdrawn").Inc()
 			c.recorder.Event(p, v1.EventTypeNormal, ReasonReclaimNoticeWithdrawn, why)
 			logger.Info("Withdrew a reclaim notice", "pod", klog.KObj(p))
+		}
+	}
+	for uid := range c.noticed {
+		if !live[uid] {
+			delete(c.noticed, uid)
+		}
+	}
+	for uid := range c.foreign {
+		if !live[uid] {
+			delete(c.foreign, uid)
 		}
 	}
 	return errs

@@ -141,3 +141,29 @@ func TestForgedReclaimNoticeHoldsNothing(t *testing.T) {
 		t.Fatalf("train evicted at %v, want by %v as the controller's notice said, its own 2099 notwithstanding", evictedAt, t0.Add(9*time.Minute))
 	}
 }
+
+// A notice the controller did not give is withdrawn once, not after every
+// round the tenant writes it back: each withdrawal costs two writes and an
+// Event, and the annotation moves nothing. One the controller gives later,
+// and withdraws, is its own again.
+func TestForgedReclaimNoticeIsWithdrawnOnce(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1}})
+	forged := testobj.BestEffort("research", "train", "a", 4, t0.Add(-time.Hour))
+	forged.Annotations = map[string]string{api.AnnotationReclaimNotice: "2099-01-01T00:00:00Z"}
+	objs := []runtime.Object{testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), forged, chat(1, nil)}
+	var withdrawals []int // the rounds that wrote to the pod
+	for i := range 6 {
+		tc.set(t, objs...) // the tenant writes its notice back before every round
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 4, 0, 4)}
+		writes, err := tc.sync(t, t0.Add(time.Duration(i)*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(only(writes, "pods", "pods/status")) > 0 {
+			withdrawals = append(withdrawals, i)
+		}
+	}
+	if !reflect.DeepEqual(withdrawals, []int{0}) {
+		t.Fatalf("rounds that withdrew the forged notice: %v, want only the first", withdrawals)
+	}
+}
