@@ -56,6 +56,8 @@ func main() {
 // flags are gleaner-controller's command-line settings, bound by newFlags.
 type flags struct {
 	kubeconfig                 string
+	kubeAPIQPS                 float32
+	kubeAPIBurst               int
 	poolSelector               string
 	inferenceNamespaceSelector string
 	threshold                  int32
@@ -87,6 +89,8 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	var nfs cliflag.NamedFlagSets
 	nfs.FlagSet("generic").StringVar(&f.config, "config", "", "YAML file of flag names to values, e.g. {forecast-horizon: 20m, inference-namespaces: [llm, chat]}: the same settings as the flags, which win when given on the command line too. Unknown names are an error.")
 	nfs.FlagSet("generic").StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
+	nfs.FlagSet("generic").Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server, as kube-scheduler's client: a round writes verdicts on every node whose state changed, notices and evictions, within --sync-period.")
+	nfs.FlagSet("generic").IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "Requests to the API server allowed in a burst above --kube-api-qps.")
 	nfs.FlagSet("pool").StringVar(&f.poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
 	nfs.FlagSet("pool").Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
 	nfs.FlagSet("pool").StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
@@ -244,10 +248,14 @@ func run(args []string) error {
 		return fmt.Errorf("--pool-name %q: %s", f.cfg.Status.PoolName, strings.Join(errs, "; "))
 	}
 
+	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst <= 0 {
+		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: must be positive", f.kubeAPIQPS, f.kubeAPIBurst)
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	restCfg.QPS, restCfg.Burst = f.kubeAPIQPS, f.kubeAPIBurst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err

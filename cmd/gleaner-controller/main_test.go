@@ -45,6 +45,8 @@ current-context: c
 		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},
 		{[]string{"--max-reclaim-grace", "0s"}, "--max-reclaim-grace"},
 		{[]string{"--pdb-wait", "-1s"}, "--pdb-wait"},
+		{[]string{"--kube-api-qps", "0"}, "--kube-api-qps 0 and --kube-api-burst 100: must be positive"},
+		{[]string{"--kube-api-burst", "-1"}, "--kube-api-burst -1: must be positive"},
 		{[]string{"--gpu-resource", "cpu"}, `--gpu-resource "cpu": must be an extended resource name`},
 		{[]string{"--scheduler-config", "gleaner-scheduler-config"}, "--scheduler-config \"gleaner-scheduler-config\": want NAMESPACE/NAME"},
 		{[]string{"--secure-port", "70000"}, "--secure-port 70000"},
