@@ -214,6 +214,10 @@ type Controller struct {
 	// services: the services of the last round (each with a forecast load
 	// series).
 	services map[string]bool
+	// terminations: when each terminating pod was asked to stop, on this
+	// controller's clock; observed: a round has seen the pods.
+	terminations reclaim.Terminations
+	observed     bool
 	// noticed: the pods this controller gave a reclaim notice that stands;
 	// foreign: the pods whose notice, not one it gave, it withdrew once.
 	noticed, foreign map[types.UID]bool
@@ -409,6 +413,15 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		return observed{}, fmt.Errorf("listing pods: %w", err)
 	}
 	sort.Slice(nodeList, func(i, j int) bool { return nodeList[i].Name < nodeList[j].Name })
+	// Terminations count on this controller's clock, from the round that
+	// first saw them (the first round of all takes the API server's word).
+	present := make(map[types.UID]bool, len(podList))
+	for _, p := range podList {
+		c.terminations.Saw(p, now, !c.observed)
+		present[p.UID] = true
+	}
+	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
+	c.observed = true
 	threshold := *c.cfg.BestEffortPriorityThreshold
 
 	index := make(map[string]int, len(nodeList))
@@ -442,7 +455,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			switch {
 			case p.DeletionTimestamp == nil:
 				n.LentGPUs += gpus
-			case reclaim.Returning(p, now, c.cfg.MaxReclaimGrace):
+			case c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace):
 				n.LentGPUs += gpus
 				n.ReturningGPUs += gpus
 			default:
@@ -464,7 +477,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
-			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace)
+			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace, &c.terminations)
 			cand.Quorum = reclaim.Quorum(c.podGroups, p.Namespace, p.Labels[api.LabelPodGroup])
 			out = append(out, cand)
 		}

@@ -27,7 +27,7 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 	if ago > 0 {
 		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: rfc(now.Add(-ago))}
 	}
-	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace)
+	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace, nil)
 }
 
 func prepared(c Candidate) Candidate {

@@ -60,17 +60,34 @@ func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 // ago (plus a few seconds to be killed). A pod terminating longer (a grace
 // period of an hour granted by someone else, a finalizer that never clears, a
 // node that stopped answering) is not: its GPUs are owed, and other pods must
-// give them back. A pod that is not terminating is not returning either.
+// give them back. A pod that is not terminating is not returning either. When
+// it was asked is the API server's word (AskedToStop), on the API server's
+// clock: an observer with a clock of its own uses Terminations.
 func Returning(pod *v1.Pod, now time.Time, maxGrace time.Duration) bool {
 	if pod.DeletionTimestamp == nil {
 		return false
 	}
-	deadline := pod.DeletionTimestamp.Time
+	return returning(pod, AskedToStop(pod), now, maxGrace)
+}
+
+// returning: pod, terminating, was asked to stop at asked.
+func returning(pod *v1.Pod, asked, now time.Time, maxGrace time.Duration) bool {
+	return !now.After(asked.Add(min(granted(pod), maxGrace)).Add(killSlack))
+}
+
+// AskedToStop is when the API server says a terminating pod was asked to
+// stop: its DeletionTimestamp less the grace period granted.
+func AskedToStop(pod *v1.Pod) time.Time {
+	return pod.DeletionTimestamp.Add(-granted(pod))
+}
+
+// granted is the grace period the API server granted a terminating pod (0
+// when it says none).
+func granted(pod *v1.Pod) time.Duration {
 	if g := pod.DeletionGracePeriodSeconds; g != nil {
-		granted := time.Duration(*g) * time.Second
-		deadline = deadline.Add(-granted).Add(min(granted, maxGrace))
+		return time.Duration(*g) * time.Second
 	}
-	return !now.After(deadline.Add(killSlack))
+	return 0
 }
 
 // LostWork is the work a pod loses if evicted at now, in GPU-seconds:
@@ -103,11 +120,12 @@ func LastCheckpoint(pod *v1.Pod) (time.Time, bool) {
 }
 
 // NewCandidate builds a Candidate for pod at time now, with reclaims' grace
-// periods capped at maxGrace.
-func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGrace time.Duration) Candidate {
+// periods capped at maxGrace, and terminations judged by t (nil: by the API
+// server's clock).
+func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGrace time.Duration, t *Terminations) Candidate {
 	gpus := api.PodGPUs(pod, gpuResource)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
-		Overdue: pod.DeletionTimestamp != nil && !Returning(pod, now, maxGrace)}
+		Overdue: pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace)}
 }
 
 // Quorum is the minMember of the PodGroup group in namespace, as groups has

@@ -96,7 +96,7 @@ func TestNewCandidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := NewCandidate(tt.pod, api.GPUResource, now, DefaultMaxGrace)
+			c := NewCandidate(tt.pod, api.GPUResource, now, DefaultMaxGrace, nil)
 			if c.Pod != tt.pod {
 				t.Errorf("Pod = %p, want %p", c.Pod, tt.pod)
 			}

@@ -886,7 +886,7 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 		if owing[s.nodes[j.node].name] {
 			p := s.pod(j, t)
 			s.jobOf[p] = j
-			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now, s.cfg.GracePeriod))
+			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now, s.cfg.GracePeriod, nil))
 		}
 	}
 	return out

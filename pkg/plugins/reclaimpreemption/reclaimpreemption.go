@@ -108,6 +108,9 @@ type ReclaimPreemption struct {
 	clock     clock.PassiveClock
 	pods      cache.Indexer // the scheduler's pods, indexed terminatingOn
 	groups    pglisters.PodGroupLister
+	// terms: when each terminating pod was asked to stop, on the scheduler's
+	// clock.
+	terms *reclaim.Terminations
 }
 
 // terminatingOn indexes the scheduler's pods that are terminating by the node
@@ -191,6 +194,29 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 		}
 	}
 	pl.pods = pods.GetIndexer()
+	pl.terms = &reclaim.Terminations{}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, initial bool) {
+			if p, ok := obj.(*v1.Pod); ok {
+				pl.terms.Saw(p, pl.clock.Now(), initial)
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if p, ok := obj.(*v1.Pod); ok {
+				pl.terms.Saw(p, pl.clock.Now(), false)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				pl.terms.Forget(func(uid types.UID) bool { return uid != p.UID })
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watching terminating pods: %w", Name, err)
+	}
 	// Each gang's quorum, for elastic gangs. Not waited for: a gang whose
 	// PodGroup is not seen yet goes whole.
 	groups := pginformers.NewSharedInformerFactory(client, 0)
@@ -231,8 +257,9 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 
 // nodeFreedByTerminatingPods returns a node where the pod fits once the
 // lower-priority pods already terminating there are gone, or "". A pod
-// terminating past its capped grace period (reclaim.Returning) does not count:
-// waiting for it could take an hour, or forever. Only nodes that
+// terminating past its capped grace period (reclaim.Returning, counted on
+// the scheduler's clock) does not count: waiting for it could take an hour,
+// or forever. Only nodes that
 // rejected the pod for a resolvable reason and hold such pods are tried, with the
 // same filter run the Evaluator uses. Only nodes the informer saw pods
 // terminating on are looked at: with none, this costs nothing.
@@ -251,7 +278,7 @@ func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, sta
 		returning := map[types.UID]bool{}
 		objs, _ := pl.pods.ByIndex(terminatingOn, name)
 		for _, obj := range objs {
-			if p := obj.(*v1.Pod); reclaim.Returning(p, now, pl.maxGrace) && corev1helpers.PodPriority(p) < prio {
+			if p := obj.(*v1.Pod); pl.terms.Returning(p, now, pl.maxGrace) && corev1helpers.PodPriority(p) < prio {
 				returning[p.UID] = true
 			}
 		}
