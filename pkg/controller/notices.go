@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -92,16 +93,9 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 			logger.Info("Withdrew a reclaim notice", "pod", klog.KObj(p))
 		}
 	}
-	for uid := range c.noticed {
-		if !live[uid] {
-			delete(c.noticed, uid)
-		}
-	}
-	for uid := range c.foreign {
-		if !live[uid] {
-			delete(c.foreign, uid)
-		}
-	}
+	gone := func(uid types.UID, _ bool) bool { return !live[uid] }
+	maps.DeleteFunc(c.noticed, gone)
+	maps.DeleteFunc(c.foreign, gone)
 	return errs
 }
 

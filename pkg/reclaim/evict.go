@@ -105,9 +105,9 @@ const multipleBudgets = "more than one PodDisruptionBudget"
 // RefusedByBudget tells whether err is an eviction refused for a
 // PodDisruptionBudget's sake: 429 while a budget allows no disruption, or the
 // API server's status for a pod under two budgets (a 500, or by some versions
-// a Failure body). Either is a tenant's to cause (budgets
-// live in their namespaces), so both count toward PDBWait; a pod two budgets
-// select would otherwise shield its GPUs for ever.
+// a Failure body). Either is a tenant's to cause (budgets live in their
+// namespaces), so both count toward PDBWait; a pod two budgets select would
+// otherwise shield its GPUs for ever.
 func RefusedByBudget(err error) bool {
 	if apierrors.IsTooManyRequests(err) {
 		return true

@@ -74,5 +74,5 @@ func (t *Terminations) Returning(pod *v1.Pod, now time.Time, maxGrace time.Durat
 	if pod.DeletionTimestamp == nil {
 		return false
 	}
-	return returning(pod, t.AskedToStop(pod), now, maxGrace)
+	return !now.After(t.AskedToStop(pod).Add(min(granted(pod), maxGrace)).Add(killSlack))
 }

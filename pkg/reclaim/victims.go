@@ -64,15 +64,7 @@ func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 // it was asked is the API server's word (AskedToStop), on the API server's
 // clock: an observer with a clock of its own uses Terminations.
 func Returning(pod *v1.Pod, now time.Time, maxGrace time.Duration) bool {
-	if pod.DeletionTimestamp == nil {
-		return false
-	}
-	return returning(pod, AskedToStop(pod), now, maxGrace)
-}
-
-// returning: pod, terminating, was asked to stop at asked.
-func returning(pod *v1.Pod, asked, now time.Time, maxGrace time.Duration) bool {
-	return !now.After(asked.Add(min(granted(pod), maxGrace)).Add(killSlack))
+	return (*Terminations)(nil).Returning(pod, now, maxGrace)
 }
 
 // AskedToStop is when the API server says a terminating pod was asked to
