@@ -215,9 +215,9 @@ type Controller struct {
 	// series).
 	services map[string]bool
 	// terminations: when each terminating pod was asked to stop, on this
-	// controller's clock; observed: a round has seen the pods.
+	// controller's clock; observed: when a round last looked at the pods.
 	terminations reclaim.Terminations
-	observed     bool
+	observed     time.Time
 	// noticed: the pods this controller gave a reclaim notice that stands;
 	// foreign: the pods whose notice, not one it gave, it withdrew once.
 	noticed, foreign map[types.UID]bool
@@ -413,15 +413,16 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		return observed{}, fmt.Errorf("listing pods: %w", err)
 	}
 	sort.Slice(nodeList, func(i, j int) bool { return nodeList[i].Name < nodeList[j].Name })
-	// Terminations count on this controller's clock, from the round that
-	// first saw them (the first round of all takes the API server's word).
+	// Terminations count on this controller's clock: between the round that
+	// first saw them and the one before (the first round of all takes the
+	// API server's word, unless later than now).
 	present := make(map[types.UID]bool, len(podList))
 	for _, p := range podList {
-		c.terminations.Saw(p, now, !c.observed)
+		c.terminations.Saw(p, c.observed, now)
 		present[p.UID] = true
 	}
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
-	c.observed = true
+	c.observed = now
 	threshold := *c.cfg.BestEffortPriorityThreshold
 
 	index := make(map[string]int, len(nodeList))

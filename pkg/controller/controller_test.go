@@ -604,3 +604,43 @@ func TestSyncExportsPerServiceDemand(t *testing.T) {
 		}
 	}
 }
+
+// A pod's termination counts on the controller's clock. The controller
+// evicts a pod with 30 s; the API server, its clock 130 s behind, writes a
+// DeletionTimestamp by which the pod is already past its grace. It is still
+// returning its GPUs, and nothing else is evicted for them; once past its
+// grace and the slack by the controller's clock, it is stuck, and another
+// pod goes.
+func TestSyncCountsTerminationsOnItsOwnClock(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	leaving := testobj.BestEffort("research", "leaving", "a", 4, t0.Add(-time.Hour))
+	objs := []runtime.Object{
+		testobj.Node("a", 12),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		leaving,
+		testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
+		chat(1, nil),
+	}
+	tc.set(t, objs...)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
+	writes, _ := tc.sync(t, t0)
+	if want := []string{"create pods/eviction leaving"}; !reflect.DeepEqual(only(writes, "pods/eviction"), want) {
+		t.Fatalf("evictions %v, want %v", only(writes, "pods/eviction"), want)
+	}
+	deleted := leaving.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: t0.Add(-130*time.Second + 30*time.Second)}
+	deleted.DeletionGracePeriodSeconds = new(int64(30))
+	objs[2] = deleted
+	for _, at := range []time.Duration{5 * time.Second, 20 * time.Second, 30 * time.Second} {
+		tc.set(t, objs...)
+		writes, _ := tc.sync(t, t0.Add(at))
+		if got := only(writes, "pods/eviction"); len(got) != 0 {
+			t.Fatalf("%v after its eviction: evicted %v, while leaving is returning its GPUs", at, got)
+		}
+	}
+	tc.set(t, objs...)
+	writes, _ = tc.sync(t, t0.Add(45*time.Second))
+	if want := []string{"create pods/eviction other"}; !reflect.DeepEqual(only(writes, "pods/eviction"), want) {
+		t.Fatalf("45 s on, leaving is past its grace and the slack: evictions %v, want %v", only(writes, "pods/eviction"), want)
+	}
+}

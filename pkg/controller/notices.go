@@ -64,12 +64,14 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 				continue
 			}
 			why := noticeWhy(n)
+			// Ours from the first try: a write that failed halfway (or timed
+			// out after the server applied it) may have left it on the pod.
+			c.noticed[p.UID] = true
 			if err := c.writeNotice(ctx, p, noticeTime(n.At), v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
 				noticesTotal.WithLabelValues("error").Inc()
 				errs = append(errs, err)
 				continue
 			}
-			c.noticed[p.UID] = true
 			if !has {
 				noticesTotal.WithLabelValues("given").Inc()
 				c.recorder.Eventf(p, v1.EventTypeNormal, ReasonReclaimNotice, "%s; checkpoint before then", why)

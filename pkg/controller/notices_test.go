@@ -166,4 +166,30 @@ func TestForgedReclaimNoticeIsWithdrawnOnce(t *testing.T) {
 	if !reflect.DeepEqual(withdrawals, []int{0}) {
 		t.Fatalf("rounds that withdrew the forged notice: %v, want only the first", withdrawals)
 	}
+	// Half a request more every minute: the controller gives its own notice
+	// (as in TestSyncGivesAndWithdrawsReclaimNotices), and withdraws it when
+	// the load falls back, though it once withdrew the pod's.
+	at := t0.Add(6 * time.Minute)
+	noticed := false
+	for _, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", load, 0, 4)}
+		writes, _ := tc.sync(t, at)
+		noticed = noticed || len(only(writes, "pods")) > 0
+		at = at.Add(time.Minute)
+	}
+	if !noticed {
+		t.Fatal("no notice given as the load rose")
+	}
+	withdrawn := false
+	for range 6 {
+		tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 4, 0, 4)}
+		writes, _ := tc.sync(t, at)
+		if withdrawn = len(only(writes, "pods")) > 0; withdrawn {
+			break
+		}
+		at = at.Add(time.Minute)
+	}
+	if !withdrawn {
+		t.Fatal("the controller's own notice was not withdrawn when the load fell back")
+	}
 }

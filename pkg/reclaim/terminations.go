@@ -13,35 +13,47 @@ import (
 // the API server's clock: an observer whose clock runs ahead of it would
 // count a pod asked a moment ago as stuck (and take other pods' GPUs for
 // it), and one whose clock runs behind would wait for a stuck pod past the
-// reclaim budget. So a pod counts from when the observer first saw it
-// terminating. For a pod already terminating when the observer started (a
-// restart, a new leader), there is nothing of its own to go by: the API
-// server's word counts, unless later than now. The zero Terminations, and a
-// nil one, take the API server's word for every pod.
+// reclaim budget. So the API server's word is kept within what the observer
+// saw itself: a pod seen terminating at now, and not at since (its previous
+// look), was asked in between. For a pod already terminating at the
+// observer's first look (a restart, a new leader) there is no since: the API
+// server's word counts, unless later than now. A pod whose grace period
+// changes (deleted again, with a shorter one) was asked again. The zero
+// Terminations, and a nil one, take the API server's word for every pod.
 type Terminations struct {
 	mu   sync.Mutex
-	seen map[types.UID]time.Time
+	seen map[types.UID]asked
 }
 
-// Saw notes that the observer saw pod at now; initial: in its first look at
-// the cluster, where the pod may have been terminating for a while.
-func (t *Terminations) Saw(pod *v1.Pod, now time.Time, initial bool) {
+// asked is when a pod was asked to stop, and with what grace period.
+type asked struct {
+	at      time.Time
+	granted time.Duration
+}
+
+// Saw notes pod as the observer saw it at now, having last looked at since
+// (zero: this is its first look).
+func (t *Terminations) Saw(pod *v1.Pod, since, now time.Time) {
 	if pod.DeletionTimestamp == nil {
 		return
 	}
+	g := granted(pod)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.seen[pod.UID]; ok {
+	if a, ok := t.seen[pod.UID]; ok && a.granted == g {
 		return
 	}
+	at := AskedToStop(pod)
+	if at.After(now) {
+		at = now
+	}
+	if !since.IsZero() && at.Before(since) {
+		at = since
+	}
 	if t.seen == nil {
-		t.seen = map[types.UID]time.Time{}
+		t.seen = map[types.UID]asked{}
 	}
-	at := now
-	if asked := AskedToStop(pod); initial && asked.Before(now) {
-		at = asked
-	}
-	t.seen[pod.UID] = at
+	t.seen[pod.UID] = asked{at: at, granted: g}
 }
 
 // Forget drops the pods for which keep is false.
@@ -55,15 +67,22 @@ func (t *Terminations) Forget(keep func(types.UID) bool) {
 	}
 }
 
-// AskedToStop is when pod was asked to stop: when the observer first saw it
-// terminating, or, unseen, when the API server says.
+// Drop forgets the pod with uid.
+func (t *Terminations) Drop(uid types.UID) {
+	t.mu.Lock()
+	delete(t.seen, uid)
+	t.mu.Unlock()
+}
+
+// AskedToStop is when pod was asked to stop: as the observer saw it, or,
+// unseen, when the API server says.
 func (t *Terminations) AskedToStop(pod *v1.Pod) time.Time {
 	if t != nil {
 		t.mu.Lock()
-		at, ok := t.seen[pod.UID]
+		a, ok := t.seen[pod.UID]
 		t.mu.Unlock()
 		if ok {
-			return at
+			return a.at
 		}
 	}
 	return AskedToStop(pod)

@@ -196,14 +196,22 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 	pl.pods = pods.GetIndexer()
 	pl.terms = &reclaim.Terminations{}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		// Seen as it changes: at the moment of the change, but for the pods
+		// the informer's first list holds (terminating for who knows how long).
 		AddFunc: func(obj interface{}, initial bool) {
 			if p, ok := obj.(*v1.Pod); ok {
-				pl.terms.Saw(p, pl.clock.Now(), initial)
+				now := pl.clock.Now()
+				since := now
+				if initial {
+					since = time.Time{}
+				}
+				pl.terms.Saw(p, since, now)
 			}
 		},
 		UpdateFunc: func(_, obj interface{}) {
 			if p, ok := obj.(*v1.Pod); ok {
-				pl.terms.Saw(p, pl.clock.Now(), false)
+				now := pl.clock.Now()
+				pl.terms.Saw(p, now, now)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -211,7 +219,7 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 				obj = d.Obj
 			}
 			if p, ok := obj.(*v1.Pod); ok {
-				pl.terms.Forget(func(uid types.UID) bool { return uid != p.UID })
+				pl.terms.Drop(p.UID)
 			}
 		},
 	}); err != nil {
