@@ -267,9 +267,8 @@ func (pl *ReclaimPreemption) PostFilter(ctx context.Context, state fwk.CycleStat
 // lower-priority pods already terminating there are gone, or "". A pod
 // terminating past its capped grace period (reclaim.Returning, counted on
 // the scheduler's clock) does not count: waiting for it could take an hour,
-// or forever. Only nodes that
-// rejected the pod for a resolvable reason and hold such pods are tried, with the
-// same filter run the Evaluator uses. Only nodes the informer saw pods
+// or forever. Only nodes that rejected the pod for a resolvable reason and
+// hold such pods are tried, with the same filter run the Evaluator uses. Only nodes the informer saw pods
 // terminating on are looked at: with none, this costs nothing.
 func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) string {
 	logger := klog.FromContext(ctx)
