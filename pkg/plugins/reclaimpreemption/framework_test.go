@@ -114,6 +114,14 @@ func runPostFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, 
 // runPostFilterWithGroups is runPostFilter with these PodGroups.
 func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, groups []runtime.Object, wantDeleted int) postFilterResult {
 	t.Helper()
+	return runPostFilterAfter(t, pod, nodes, pods, groups, wantDeleted, nil)
+}
+
+// runPostFilterAfter is runPostFilterWithGroups with after run once the
+// plugin's informers have synced, before the scheduling cycle.
+func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, groups []runtime.Object, wantDeleted int,
+	after func(context.Context, *fake.Clientset, *ReclaimPreemption)) postFilterResult {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	objs := []runtime.Object{pod}
@@ -163,6 +171,9 @@ func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods [
 	}
 	informerFactory.Start(ctx.Done())
 	informerFactory.WaitForCacheSync(ctx.Done())
+	if after != nil {
+		after(ctx, client, pl)
+	}
 
 	// The scheduling cycle up to PostFilter: PreFilter, then Filter on every node.
 	state := framework.NewCycleState()
@@ -344,5 +355,29 @@ func TestFrameworkPostFilter(t *testing.T) {
 				t.Fatalf("PostFilter = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A pod seen to start terminating counts from that moment on the scheduler's
+// clock, though the API server's clock (10 minutes behind) says it was asked
+// long past its 30 s grace: the pending replica waits for its GPUs, and
+// nothing else is evicted.
+func TestFrameworkTerminationOnTheSchedulersClock(t *testing.T) {
+	evicted := bound(runningPod("evicted-now", be, 4, time.Hour, 0), "n1")
+	got := runPostFilterAfter(t, pending(runningPod("vllm", inf, 4, 0, 0)), []*v1.Node{gpuNode("n1")},
+		[]*v1.Pod{evicted, bound(runningPod("staying", be, 4, time.Minute, 0), "n1")}, nil, 0,
+		func(ctx context.Context, client *fake.Clientset, pl *ReclaimPreemption) {
+			p := stuck(evicted.DeepCopy())
+			if _, err := client.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); !pl.terms.AskedToStop(p).Equal(now); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the plugin has %v as when %s was asked to stop, want now (%v)", pl.terms.AskedToStop(p), p.Name, now)
+				}
+			}
+		})
+	if got.nominated != "n1" || got.code != fwk.Success || len(got.deleted) != 0 {
+		t.Fatalf("PostFilter = %+v, want n1 nominated and nothing deleted: evicted-now is returning its GPUs", got)
 	}
 }
