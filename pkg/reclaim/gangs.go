@@ -209,7 +209,11 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 	}
 	var chosen []Unit
 	for i, u := range units {
-		if !found && u.gang == "" || found && bestMask&(1<<i) != 0 {
+		switch {
+		case found && bestMask&(1<<i) != 0:
+			chosen = append(chosen, u.Unit)
+		case !found && u.gang == "":
+			// No set frees enough: every whole unit, no member shed.
 			chosen = append(chosen, u.Unit)
 		}
 	}
