@@ -126,7 +126,8 @@ func planFor(headroom, lent, harvestable int64) NodePlan {
 // Availability is what an open node's lendable GPUs are expected to do: the
 // forecast time until the node next needs any of them back (For; at least
 // that long when AtLeast) and the learned chances that they stay lendable
-// for an hour and for four. gleaner-controller publishes it on open nodes
+// for an hour and for four (NotLearned until the controller has judged a
+// forecast over the span). gleaner-controller publishes it on open nodes
 // (api.AnnotationAvailability); GPUHarvest's Score reads it.
 type Availability struct {
 	For                  time.Duration
@@ -134,23 +135,37 @@ type Availability struct {
 	Survive1h, Survive4h float64
 }
 
+// NotLearned is a chance not given: the annotation leaves it out.
+const NotLearned = -1.0
+
 // String is the annotation's value: "for=1h45m0s,survive-1h=0.93,survive-4h=0.41"
-// ("for>=4h0m0s" when AtLeast).
+// ("for>=4h0m0s" when AtLeast; a chance NotLearned is left out).
 func (a Availability) String() string {
 	op := "="
 	if a.AtLeast {
 		op = ">="
 	}
-	return fmt.Sprintf("for%s%s,survive-1h=%.2f,survive-4h=%.2f", op, a.For, a.Survive1h, a.Survive4h)
+	out := fmt.Sprintf("for%s%s", op, a.For)
+	for _, c := range []struct {
+		key string
+		p   float64
+	}{{"survive-1h", a.Survive1h}, {"survive-4h", a.Survive4h}} {
+		if c.p != NotLearned {
+			out += fmt.Sprintf(",%s=%.2f", c.key, c.p)
+		}
+	}
+	return out
 }
 
 // ReadAvailability reads a node's availability; ok is false when it carries
-// none or one that does not parse (a node whose future is unknown).
+// none or one that does not parse (a node whose future is unknown). A chance
+// the annotation leaves out is NotLearned.
 func ReadAvailability(node *v1.Node) (a Availability, ok bool) {
 	raw, found := node.Annotations[api.AnnotationAvailability]
 	if !found || len(raw) > 100 {
 		return Availability{}, false
 	}
+	a.Survive1h, a.Survive4h = NotLearned, NotLearned
 	seen := map[string]bool{}
 	for _, kv := range strings.Split(raw, ",") {
 		k, v, _ := strings.Cut(kv, "=")
@@ -177,7 +192,10 @@ func ReadAvailability(node *v1.Node) (a Availability, ok bool) {
 			return Availability{}, false
 		}
 	}
-	return a, len(seen) == 3
+	if !seen["for"] {
+		return Availability{}, false
+	}
+	return a, true
 }
 
 func parseProbability(s string) (float64, error) {

@@ -253,8 +253,9 @@ func TestSetOnReadsBack(t *testing.T) {
 	}
 }
 
-// A node's availability reads back as written, and anything else written
-// there (by hand, or half) reads as no availability.
+// A node's availability reads back as written, chances not yet learned
+// left out, and anything else written there (by hand, or half) reads as no
+// availability.
 func TestAvailabilityAnnotation(t *testing.T) {
 	node := func(v string) *v1.Node {
 		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{api.AnnotationAvailability: v}}}
@@ -262,13 +263,18 @@ func TestAvailabilityAnnotation(t *testing.T) {
 	for _, a := range []Availability{
 		{For: 105 * time.Minute, Survive1h: 0.93, Survive4h: 0.41},
 		{For: 4 * time.Hour, AtLeast: true, Survive1h: 1, Survive4h: 0.9},
+		{For: 2 * time.Hour, Survive1h: 0.5, Survive4h: NotLearned},
+		{For: time.Hour, Survive1h: NotLearned, Survive4h: NotLearned},
 	} {
 		got, ok := ReadAvailability(node(a.String()))
 		if !ok || got != a {
 			t.Errorf("%q read as %+v (%v), want %+v", a.String(), got, ok, a)
 		}
 	}
-	for _, bad := range []string{"", "for=1h", "for=1h,survive-1h=0.5,survive-4h=1.5", "for=-1h,survive-1h=0.5,survive-4h=0.5",
+	if got := (Availability{For: time.Hour, Survive1h: NotLearned, Survive4h: 0.25}).String(); got != "for=1h0m0s,survive-4h=0.25" {
+		t.Errorf("a chance not learned is written as %q", got)
+	}
+	for _, bad := range []string{"", "survive-1h=0.5,survive-4h=0.5", "for=1h,survive-1h=-1", "for=1h,survive-1h=0.5,survive-4h=1.5", "for=-1h,survive-1h=0.5,survive-4h=0.5",
 		"for=1h,survive-1h=NaN,survive-4h=0.5", "survive-1h=1,survive-1h=1,survive-1h=1", "for=1h,for>=2h,survive-1h=0.5", "for=1h,survive-1h=0.5,survive-4h=0.5,owner=me", "for=soon,survive-1h=0.5,survive-4h=0.5"} {
 		if a, ok := ReadAvailability(node(bad)); ok {
 			t.Errorf("%q read as %+v, want none", bad, a)

@@ -50,8 +50,11 @@ func PlacementScore(n PlacementNode, request int64, wPacking, wIdle, maxScore in
 //
 // A pod goes where it is likely to reach its next checkpoint; a short one,
 // among nodes as likely, to those whose GPUs will not stay long, leaving
-// the long windows to long jobs.
+// the long windows to long jobs. A chance NotLearned counts as 0, as a node
+// without availability scores 0: the controller learns each span for the
+// whole pool at once, so every node lacks it alike.
 func AvailabilityScore(a Availability, interval time.Duration, maxScore int64) int64 {
+	a.Survive1h, a.Survive4h = max(a.Survive1h, 0), max(a.Survive4h, 0)
 	survive := a.Survive1h
 	switch {
 	case interval >= 4*time.Hour:

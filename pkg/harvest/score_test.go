@@ -46,6 +46,8 @@ func TestAvailabilityScore(t *testing.T) {
 		{"a 4-hour job: the four hours' survival", short, 4 * time.Hour, 10},
 		{"a 2h30m job: halfway between", long, 150 * time.Minute, 92},
 		{"never below 0", Availability{Survive1h: 0.1, Survive4h: 1}, time.Hour, 0},
+		{"a chance not learned counts as none", Availability{Survive1h: NotLearned, Survive4h: NotLearned}, time.Hour, 0},
+		{"the hour's learned, the four hours' not: no waste counted", Availability{Survive1h: 0.8, Survive4h: NotLearned}, 30 * time.Minute, 80},
 	} {
 		if got := AvailabilityScore(tt.a, tt.interval, 100); got != tt.want {
 			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)

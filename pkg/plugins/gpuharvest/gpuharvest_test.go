@@ -482,6 +482,7 @@ func TestScore(t *testing.T) {
 		{"availability: a long job on a short window", 1, 1, long, nodeInfo(lasting("l1", "2", shortWindow)), (2*100 + 10) / 3},
 		{"availability: a long job on a long window", 1, 1, long, nodeInfo(lasting("l2", "2", longWindow)), (2*100 + 90) / 3},
 		{"availability unknown: no credit", 1, 1, long, nodeInfo(gpuNode("u", "2")), (2 * 100) / 3},
+		{"availability not yet learned: no credit", 1, 1, long, nodeInfo(lasting("nl", "2", "for>=4h0m0s")), (2 * 100) / 3},
 		{"availability: a pod that declares nothing is not scored on it", 1, 1, p, nodeInfo(lasting("n", "2", shortWindow)), 100},
 	}
 	for _, tt := range tests {
