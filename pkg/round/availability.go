@@ -14,7 +14,8 @@ import (
 // Availability says how long an open node's lendable GPUs are expected to
 // stay lendable: when the forecast next needs any of them, and the chance
 // that they stay lent for an hour and for four, learned from how often nodes
-// as far from being needed did lately (loadLevels).
+// as far from being needed did lately (loadLevels) and recalibrated by what
+// became of the chances given (recalibration).
 type Availability struct {
 	Node string
 	// GPUs is what the node lends now (its harvestable GPUs).
@@ -23,7 +24,8 @@ type Availability struct {
 	// of AvailabilityStep; AvailabilityHorizon when not within it.
 	For time.Duration
 	// Survive are the probabilities that the node keeps lending all of GPUs
-	// for each of SurvivalHorizons.
+	// for each of SurvivalHorizons; harvest.NotLearned until the planner has
+	// judged a forecast over the span (it claims nothing it has not learned).
 	Survive [len(SurvivalHorizons)]float64
 }
 
@@ -88,10 +90,14 @@ type CalibrationBucket struct {
 type availability struct {
 	at   time.Time
 	last []Availability
+	// learned: a forecast over the span has been judged (or a record of
+	// them restored), so the planner gives chances for it.
+	learned [len(SurvivalHorizons)]bool
 	// seen[level][horizon]: GPUs first needed within the horizon's span at
 	// loadLevels[level] (len(loadLevels): at none), and how many of them
 	// survived it, faded by SurvivalHalfLife up to fadedAt.
 	seen    [len(loadLevels) + 1][len(SurvivalHorizons)]struct{ gpus, survived float64 }
+	recal   [len(SurvivalHorizons)]recalibration // faded with seen
 	fadedAt time.Time
 	// pending forecasts not yet judged at every horizon.
 	pending []availRecord
@@ -121,8 +127,10 @@ type availRecord struct {
 	gpus int64
 	// level: the index of the first of loadLevels at which the node was
 	// needed within each span.
-	level  [len(SurvivalHorizons)]int
-	p      [len(SurvivalHorizons)]float64
+	level [len(SurvivalHorizons)]int
+	// raw is the chance the record of the level gave, p the one published
+	// (recalibrated; harvest.NotLearned: none).
+	raw, p [len(SurvivalHorizons)]float64
 	judged [len(SurvivalHorizons)]bool
 	// certain: p is 0 because the harvest windows close within the span.
 	certain [len(SurvivalHorizons)]bool
@@ -168,8 +176,12 @@ func (a *availability) judge(now time.Time) {
 				a.seen[l][h].survived *= f
 			}
 		}
+		for h := range a.recal {
+			a.recal[h].fade(f)
+		}
 	}
 	a.fadedAt = now
+	var refit [len(SurvivalHorizons)]bool
 	kept := a.pending[:0]
 	for _, r := range a.pending {
 		done := true
@@ -183,18 +195,25 @@ func (a *availability) judge(now time.Time) {
 				continue
 			}
 			survived := !slices.ContainsFunc(a.drops[r.node], func(d drop) bool { return d.at.After(r.at) && !d.at.After(end) && d.gpus < r.gpus })
-			s := &a.seen[r.level[h]][h]
-			if r.certain[h] {
-				s = &struct{ gpus, survived float64 }{} // not learned from
-			}
-			s.gpus += float64(r.gpus)
+			a.learned[h] = true
+			r.judged[h] = true
 			fraction := 0.0
 			if survived {
-				s.survived += float64(r.gpus)
 				fraction = 1
 			}
-			a.calibrated(r.at, h, r.p[h]).add(float64(r.gpus)*AvailabilityEvery.Hours(), r.p[h], fraction)
-			r.judged[h] = true
+			if r.p[h] != harvest.NotLearned {
+				a.calibrated(r.at, h, r.p[h]).add(float64(r.gpus)*AvailabilityEvery.Hours(), r.p[h], fraction)
+			}
+			if r.certain[h] {
+				continue // not learned from
+			}
+			s := &a.seen[r.level[h]][h]
+			s.gpus += float64(r.gpus)
+			s.survived += float64(r.gpus) * fraction
+			if r.p[h] != harvest.NotLearned {
+				a.recal[h].add(r.raw[h], float64(r.gpus), fraction)
+				refit[h] = true
+			}
 		}
 		if !done {
 			kept = append(kept, r)
@@ -202,6 +221,11 @@ func (a *availability) judge(now time.Time) {
 	}
 	clear(a.pending[len(kept):])
 	a.pending = kept
+	for h := range refit {
+		if refit[h] {
+			a.recal[h].fit()
+		}
+	}
 	for name, ds := range a.drops {
 		i := 0
 		for i < len(ds) && now.Sub(ds[i].at) > AvailabilityHorizon {
@@ -300,12 +324,16 @@ func (p *Planner) availabilityOf(obs Observation, d Decision) []Availability {
 					break
 				}
 			}
-			if closes >= 0 && closes <= span {
+			switch {
+			case closes >= 0 && closes <= span:
 				// Certain: the windows close within the span. Nothing to
 				// learn from it either.
 				r.certain[h] = true
-			} else {
-				av.Survive[h] = a.survival(r.level[h], h, needed[asForecast][i] >= span)
+			case !a.learned[h]:
+				av.Survive[h] = harvest.NotLearned
+			default:
+				r.raw[h] = a.survival(r.level[h], h, needed[asForecast][i] >= span)
+				av.Survive[h] = a.recal[h].apply(r.raw[h])
 			}
 			r.p[h] = av.Survive[h]
 		}
@@ -479,19 +507,27 @@ func (p *Planner) RestoreSurvival(counts []SurvivalCount, at time.Time) error {
 		}
 	}
 	a := &p.avail
-	f := 1.0
-	switch {
-	case at.IsZero():
-	case a.fadedAt.IsZero():
-		a.fadedAt = at // the first judge fades it from then
-	case at.Before(a.fadedAt):
-		f = fading(a.fadedAt.Sub(at))
-	}
+	f := a.restoredFading(at)
 	for i, c := range counts {
 		for h := range SurvivalHorizons {
 			a.seen[levels[i]][h].gpus += f * float64(c.Given[h])
 			a.seen[levels[i]][h].survived += f * float64(c.Survived[h])
+			a.learned[h] = a.learned[h] || c.Given[h] > 0
 		}
 	}
 	return nil
+}
+
+// restoredFading is how much a record published at (zero: unknown) has
+// faded by what the planner learned since; when it learned nothing yet, its
+// first judgement fades the record from at.
+func (a *availability) restoredFading(at time.Time) float64 {
+	switch {
+	case at.IsZero():
+	case a.fadedAt.IsZero():
+		a.fadedAt = at
+	case at.Before(a.fadedAt):
+		return fading(a.fadedAt.Sub(at))
+	}
+	return 1
 }

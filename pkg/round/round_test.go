@@ -450,11 +450,12 @@ func TestMarkPrepared(t *testing.T) {
 
 // TestAvailability: a service whose learned profile peaks from 12:00 needs
 // both nodes' lendable GPUs then. At 10:00 each open node is forecast to be
-// needed in about two hours and, with nothing learned yet, the survival
-// probabilities are the forecast's own word (an hour: yes; four: no). Rounds
-// every five minutes until 15:00 judge those forecasts: every node given
-// one before the drop lost its GPUs within four hours, and within an hour
-// only those forecast after 10:45.
+// needed in about two hours, and the planner gives no survival chance for a
+// span before it has judged a forecast over it: the hour's from 11:00, the
+// four hours' from 14:00. Rounds every five minutes until 19:00 judge the
+// chances given: of the hour's, those given before the peak lost their GPUs
+// and those given after it kept them; the four hours' were first given after
+// the peak, and all kept them.
 func TestAvailability(t *testing.T) {
 	nodes := []harvest.Node{
 		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
@@ -469,18 +470,37 @@ func TestAvailability(t *testing.T) {
 			Services: []Service{{Key: "serving/chat", Declared: true, StoredProfile: stored, Replicas: replicas(1, 10, 0),
 				Settings: demand.Settings{TargetLoad: 16}}}}
 	}
-	d := p.Plan(obs(t0))
-	if len(d.Availability) != 2 {
-		t.Fatalf("availability %+v: want both nodes", d.Availability)
-	}
-	for _, av := range d.Availability {
-		if av.For < 90*time.Minute || av.For > 2*time.Hour || av.Survive != [2]float64{1, 0} {
-			t.Fatalf("%+v: want needed in about 2h, survival 1 for an hour and 0 for four (nothing learned yet)", av)
+	given := func(d Decision, when string, want [2]bool) {
+		t.Helper()
+		if len(d.Availability) != 2 {
+			t.Fatalf("%s: availability %+v, want both nodes", when, d.Availability)
+		}
+		for _, av := range d.Availability {
+			for h, p := range av.Survive {
+				if learned := p != harvest.NotLearned; learned != want[h] || learned && (p < 0 || p > 1) {
+					t.Errorf("%s: %+v: want a chance over %v given: %v", when, av, SurvivalHorizons[h], want[h])
+				}
+			}
 		}
 	}
-	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(5 * time.Hour)); now = now.Add(AvailabilityEvery) {
-		p.Plan(obs(now))
+	d := p.Plan(obs(t0))
+	given(d, "10:00", [2]bool{false, false})
+	for _, av := range d.Availability {
+		if av.For < 90*time.Minute || av.For > 2*time.Hour {
+			t.Fatalf("%+v: want needed in about 2h", av)
+		}
 	}
+	var at1105 Decision
+	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(9 * time.Hour)); now = now.Add(AvailabilityEvery) {
+		d := p.Plan(obs(now))
+		switch now {
+		case t0.Add(65 * time.Minute):
+			at1105 = d
+		case t0.Add(5 * time.Hour):
+			given(d, "15:00", [2]bool{true, true})
+		}
+	}
+	given(at1105, "11:05", [2]bool{true, false})
 	cal := p.Calibration()
 	frac := func(days [][]CalibrationBucket) (hours, survived float64) {
 		for _, b := range SumCalibration(days) {
@@ -489,8 +509,8 @@ func TestAvailability(t *testing.T) {
 		}
 		return hours, survived / hours
 	}
-	if h, s := frac(cal[1]); h == 0 || s != 0 {
-		t.Errorf("4h: %.1f GPU-h judged, %.2f survived; want some, none survived", h, s)
+	if h, s := frac(cal[1]); h == 0 || s != 1 {
+		t.Errorf("4h: %.1f GPU-h judged, %.2f survived; want some, all survived", h, s)
 	}
 	if h, s := frac(cal[0]); h == 0 || s <= 0 || s >= 1 {
 		t.Errorf("1h: %.1f GPU-h judged, %.2f survived; want some survived and some not", h, s)
@@ -499,8 +519,9 @@ func TestAvailability(t *testing.T) {
 
 // What the planner learned of its availability forecasts is what a restart
 // reads back (the controller publishes it on the GPUPool): a planner that
-// takes it back gives the same probabilities; a record that does not add up
-// is refused whole.
+// takes it back gives the same probabilities, and gives them over both
+// spans from the start (the recalibration curve it learns again as its own
+// forecasts are judged); a record that does not add up is refused whole.
 func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 	p := New(Config{})
 	p.avail.seen[levelOf(110)][0] = struct{ gpus, survived float64 }{800, 760}
@@ -511,8 +532,14 @@ func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 		t.Fatalf("record %+v", record)
 	}
 	q := New(Config{})
+	if q.avail.learned != [2]bool{} {
+		t.Fatalf("a new planner has learned %v", q.avail.learned)
+	}
 	if err := q.RestoreSurvival(record, time.Time{}); err != nil {
 		t.Fatal(err)
+	}
+	if q.avail.learned != [2]bool{true, true} {
+		t.Errorf("restored, the planner gives chances over %v, want both spans", q.avail.learned)
 	}
 	for l := range q.avail.seen {
 		for h := range SurvivalHorizons {
@@ -621,7 +648,8 @@ func TestSurvivalIsLearnedByHowFarTheLoadsStandFromNeedingTheNode(t *testing.T) 
 }
 
 // Harvest windows that close in two hours make that the node's time, and
-// its survival over four hours certain: none.
+// its survival over four hours certain: none (while the hour's, with no
+// forecast judged yet, is not given).
 func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
 	windows, err := harvest.ParseWindows("00:00-12:00", "UTC")
 	if err != nil {
@@ -633,8 +661,8 @@ func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
 	if len(d.Availability) != 1 {
 		t.Fatalf("availability %+v, want n1's", d.Availability)
 	}
-	if av := d.Availability[0]; av.For != 2*time.Hour || av.Survive != [2]float64{1, 0} {
-		t.Fatalf("%+v: want 2h, an hour likely (the forecast's word), four hours certainly not", av)
+	if av := d.Availability[0]; av.For != 2*time.Hour || av.Survive != [2]float64{harvest.NotLearned, 0} {
+		t.Fatalf("%+v: want 2h, an hour not yet learned, four hours certainly not", av)
 	}
 }
 

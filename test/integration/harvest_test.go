@@ -356,8 +356,8 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 
 	t.Run("open nodes carry the availability of their lendable GPUs", func(t *testing.T) {
 		// chat has no profile yet and a flat load: nothing is forecast to need
-		// gpu-b within four hours, and nothing is learned, so the forecast's word.
-		want := harvest.Availability{For: round.AvailabilityHorizon, AtLeast: true, Survive1h: 1, Survive4h: 1}
+		// gpu-b within four hours, and no forecast is judged yet, so no chances.
+		want := harvest.Availability{For: round.AvailabilityHorizon, AtLeast: true, Survive1h: harvest.NotLearned, Survive4h: harvest.NotLearned}
 		eventually(t, 10*time.Second, "gpu-b's availability", func(ctx context.Context) (bool, error) {
 			n, err := env.client.CoreV1().Nodes().Get(ctx, "gpu-b", metav1.GetOptions{})
 			if err != nil {
