@@ -123,7 +123,8 @@ func (p *publisher) restore(ctx context.Context, planner *round.Planner) error {
 }
 
 // restorePool reads back the published GPUPool: its history, and the
-// planner's records of its availability forecasts and of the pool's profile.
+// planner's records of its availability forecasts (and of how far they came
+// true) and of the pool's profile.
 func (p *publisher) restorePool(ctx context.Context, planner *round.Planner) error {
 	pool, err := p.cfg.Client.Resource(v1alpha1.GPUPoolResource).Get(ctx, p.cfg.PoolName, metav1.GetOptions{})
 	switch {
@@ -141,6 +142,9 @@ func (p *publisher) restorePool(ctx context.Context, planner *round.Planner) err
 			p.history.Restore(gp.Status.History)
 			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.SurvivalByLoad), gp.Status.ObservedTime.Time); err != nil {
 				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
+			}
+			if err := planner.RestoreRecalibration(status.RecalibrationFrom(gp.Status.Recalibration), gp.Status.ObservedTime.Time); err != nil {
+				klog.FromContext(ctx).Error(err, "The published GPUPool's recalibration record is refused; it is learned afresh", "pool", p.cfg.PoolName)
 			}
 			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
 				klog.FromContext(ctx).Error(nil, "The published GPUPool's pool profile is too long and is refused; it is learned afresh", "pool", p.cfg.PoolName, "bytes", len(gp.Status.PoolProfile))
@@ -174,6 +178,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	pool.History, pool.Outlook = p.history.Samples(), p.outlook
 	pool.HarvestedGPUSeconds, pool.Price = p.ledger.HarvestedGPUSeconds(), p.cfg.Price
 	pool.SurvivalByLoad = status.Survival(planner.Survival())
+	pool.Recalibration = status.Recalibration(planner.Recalibration())
 	pool.PoolProfile = planner.PoolProfile()
 	if p.due(p.pool, now, !samePool(p.pool.content, pool)) {
 		if err := p.apply(ctx, v1alpha1.GPUPoolResource, "", p.cfg.PoolName, "GPUPool", &pool); err != nil {

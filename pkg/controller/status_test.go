@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -20,27 +21,35 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/status"
 )
 
-// A restarted controller reads back the survival record and the pool profile
-// it published on the GPUPool, so the probabilities on the nodes keep their
-// record and the pool its learned peaks; a record that does not add up, or a
-// pool profile out of range, is refused, and the rest of the pool is still
-// restored, once even when the restore is tried again.
+// A restarted controller reads back the survival record, its recalibration
+// and the pool profile it published on the GPUPool, so the probabilities on
+// the nodes keep their record and curve and the pool its learned peaks; a
+// record that does not add up, or a pool profile out of range, is refused,
+// and the rest of the pool is still restored, once even when the restore is
+// tried again.
 func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		record []v1alpha1.SurvivalRecord
 		want   int // counts the planner holds after the restore
+		recal  []v1alpha1.RecalibrationRecord
+		recals int // recalibration counts it holds after the restore
 		pool   string
 		same   bool // the planner's pool profile is pool after the restore
 	}{
-		{"its own record", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2, poolProfile(0.5), true},
-		{"more survived than given", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 8, Survived1h: 9}}, 0, poolProfile(1.5), false},
-		{"a level it does not know", []v1alpha1.SurvivalRecord{{NeededAtPercent: 120, Given1h: 8}}, 0, "", false},
+		{"its own record", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: -1442, Given1h: 500, Survived1h: 200}, {LogOddsMilli: 2464, Given1h: 9000, Survived1h: 8000, Given4h: 7000, Survived4h: 5000}}, 2, poolProfile(0.5), true},
+		{"more survived than given", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 8, Survived1h: 9}}, 0,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, Given4h: 7, Survived4h: 8}}, 0, poolProfile(1.5), false},
+		{"a level and a band it does not know", []v1alpha1.SurvivalRecord{{NeededAtPercent: 120, Given1h: 8}}, 0,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2400, Given1h: 9}}, 0, "", false},
+		{"its own survival record, a recalibration that does not add up", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760}, {Given4h: 96, Survived4h: 90}}, 2,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, Given1h: 9}, {LogOddsMilli: 2464, Given1h: 9}}, 0, poolProfile(0.5), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
 				ObjectMeta: metav1.ObjectMeta{Name: "inference"},
-				Status: v1alpha1.GPUPoolStatus{SurvivalByLoad: tt.record, PoolProfile: tt.pool,
+				Status: v1alpha1.GPUPoolStatus{SurvivalByLoad: tt.record, Recalibration: tt.recal, PoolProfile: tt.pool,
 					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Inference: 4, Lent: 2}}}}
 			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pool)
 			if err != nil {
@@ -76,6 +85,9 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 				if back := status.Survival(got); back[0] != tt.record[0] || back[1] != tt.record[1] {
 					t.Errorf("restored %+v, published %+v", back, tt.record)
 				}
+			}
+			if got := status.Recalibration(planner.Recalibration()); len(got) != tt.recals || tt.recals > 0 && !reflect.DeepEqual(got, tt.recal) {
+				t.Errorf("the planner's recalibration is %+v after the restore of %+v", got, tt.recal)
 			}
 			if got := planner.PoolProfile(); (got == tt.pool) != tt.same {
 				t.Errorf("the planner's pool profile is %.80s after the restore of %.80s", got, tt.pool)

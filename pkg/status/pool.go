@@ -129,6 +129,28 @@ func SurvivalFrom(records []v1alpha1.SurvivalRecord) []round.SurvivalCount {
 	return out
 }
 
+// Recalibration is the planner's recalibration record as the GPUPool
+// publishes it.
+func Recalibration(counts []round.RecalibrationCount) []v1alpha1.RecalibrationRecord {
+	out := make([]v1alpha1.RecalibrationRecord, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, v1alpha1.RecalibrationRecord{LogOddsMilli: int32(c.LogOddsMilli),
+			Given1h: c.Given[0], Survived1h: c.Survived[0], Given4h: c.Given[1], Survived4h: c.Survived[1]})
+	}
+	return out
+}
+
+// RecalibrationFrom reads a published recalibration record back, for the
+// planner to check and take back (round.Planner.RestoreRecalibration).
+func RecalibrationFrom(records []v1alpha1.RecalibrationRecord) []round.RecalibrationCount {
+	out := make([]round.RecalibrationCount, 0, len(records))
+	for _, r := range records {
+		out = append(out, round.RecalibrationCount{LogOddsMilli: int(r.LogOddsMilli),
+			Given: [2]int64{r.Given1h, r.Given4h}, Survived: [2]int64{r.Survived1h, r.Survived4h}})
+	}
+	return out
+}
+
 // ParsePrice reads a GPU-hour price and its currency, as an admin sets them:
 // a non-negative decimal, and a currency of 1 to 8 letters.
 func ParsePrice(perGPUHour, currency string) (*v1alpha1.Price, error) {

@@ -88,6 +88,13 @@ type GPUPoolStatus struct {
 	// days. The probabilities on the nodes come from it; the controller reads
 	// it back after a restart.
 	SurvivalByLoad []SurvivalRecord `json:"survivalByLoad,omitempty"`
+	// Recalibration is what the controller learned of how far the chances
+	// SurvivalByLoad gives come true: per band of those chances (in
+	// log-odds), how many GPUs were given one in it and how many of them
+	// stayed lent for an hour, and for four, fading as SurvivalByLoad does.
+	// The probabilities on the nodes are SurvivalByLoad's passed through a
+	// curve fitted to it; the controller reads it back after a restart.
+	Recalibration []RecalibrationRecord `json:"recalibration,omitempty"`
 	// PoolProfile is what the controller learned of how the inference
 	// services' peaks add up in each quarter-hour of the week (JSON, at
 	// most MaxPoolProfile bytes); the controller reads it back after a restart.
@@ -109,6 +116,17 @@ type SurvivalRecord struct {
 	Survived1h      int64 `json:"survived1h"`
 	Given4h         int64 `json:"given4h"`
 	Survived4h      int64 `json:"survived4h"`
+}
+
+// RecalibrationRecord counts, for one band of the chances given, the GPUs
+// given a chance in it and those that stayed lent.
+type RecalibrationRecord struct {
+	// LogOddsMilli is the band's middle: log(p/(1-p)), in thousandths.
+	LogOddsMilli int32 `json:"logOddsMilli"`
+	Given1h      int64 `json:"given1h"`
+	Survived1h   int64 `json:"survived1h"`
+	Given4h      int64 `json:"given4h"`
+	Survived4h   int64 `json:"survived4h"`
 }
 
 // NodeCounts are the pool's nodes by verdict.
