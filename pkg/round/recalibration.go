@@ -75,13 +75,14 @@ func (r *recalibration) fit() {
 		slope, offset = r.slope, r.offset
 	}
 	for range 25 {
-		// The gradient and the (negated) Hessian of the log-likelihood.
-		var gs, go_, hss, hso, hoo float64
+		// The gradient and the (negated) Hessian of the log-likelihood, in
+		// the slope (s) and the offset (o).
+		var gs, gO, hss, hso, hoo float64
 		count := func(x, gpus, survived float64) {
 			q := sigmoid(slope*x + offset)
 			e := survived - gpus*q
 			gs += e * x
-			go_ += e
+			gO += e
 			v := gpus * q * (1 - q)
 			hss += v * x * x
 			hso += v * x
@@ -101,7 +102,7 @@ func (r *recalibration) fit() {
 		if !(det > 0) {
 			break
 		}
-		ds, do := (hoo*gs-hso*go_)/det, (hss*go_-hso*gs)/det
+		ds, do := (hoo*gs-hso*gO)/det, (hss*gO-hso*gs)/det
 		slope, offset = slope+ds, offset+do
 		if math.Abs(ds)+math.Abs(do) < 1e-9 {
 			break
