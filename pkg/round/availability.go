@@ -448,6 +448,18 @@ type SurvivalCount struct {
 // it.
 const maxSurvivalGPUs = 1 << 40
 
+// checkJudged checks restored counts of GPUs given a chance over each of
+// SurvivalHorizons and of those that survived: within bounds, and no more
+// survived than given.
+func checkJudged(given, survived [len(SurvivalHorizons)]int64) error {
+	for h, span := range SurvivalHorizons {
+		if given[h] < 0 || given[h] > maxSurvivalGPUs || survived[h] < 0 || survived[h] > given[h] {
+			return fmt.Errorf("over %v, %d survived of %d given", span, survived[h], given[h])
+		}
+	}
+	return nil
+}
+
 // levelPercent is loadLevels[l] as SurvivalCount.NeededAtPercent says it.
 func levelPercent(l int) int {
 	if l == len(loadLevels) {
@@ -500,10 +512,8 @@ func (p *Planner) RestoreSurvival(counts []SurvivalCount, at time.Time) error {
 			return fmt.Errorf("survival record: the level of %d%% is there twice", c.NeededAtPercent)
 		}
 		levels[i] = l
-		for h, span := range SurvivalHorizons {
-			if c.Given[h] < 0 || c.Given[h] > maxSurvivalGPUs || c.Survived[h] < 0 || c.Survived[h] > c.Given[h] {
-				return fmt.Errorf("survival record: at %d%% over %v, %d survived of %d given", c.NeededAtPercent, span, c.Survived[h], c.Given[h])
-			}
+		if err := checkJudged(c.Given, c.Survived); err != nil {
+			return fmt.Errorf("survival record: at %d%% %w", c.NeededAtPercent, err)
 		}
 	}
 	a := &p.avail

@@ -163,10 +163,8 @@ func (p *Planner) RestoreRecalibration(counts []RecalibrationCount, at time.Time
 		if slices.Contains(bins[:i], bins[i]) {
 			return fmt.Errorf("recalibration record: the band at log-odds %.3f is there twice", x)
 		}
-		for h, span := range SurvivalHorizons {
-			if c.Given[h] < 0 || c.Given[h] > maxSurvivalGPUs || c.Survived[h] < 0 || c.Survived[h] > c.Given[h] {
-				return fmt.Errorf("recalibration record: at log-odds %.3f over %v, %d survived of %d given", x, span, c.Survived[h], c.Given[h])
-			}
+		if err := checkJudged(c.Given, c.Survived); err != nil {
+			return fmt.Errorf("recalibration record: at log-odds %.3f %w", x, err)
 		}
 	}
 	if len(counts) == 0 {
