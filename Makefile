@@ -137,10 +137,11 @@ test-integration:
 
 # The fault scenarios (test/integration/faults_test.go): the whole system
 # through a hostile tenant's and a bad day's faults, checking its invariants.
-# One line per scenario; the full log is bin/faults.log. See docs/reliability.md.
+# One line per scenario, and what a failing one said; the full log is
+# bin/faults.log. See docs/reliability.md.
 test-faults:
 	@INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) INTEGRATION_LOG=bin/faults.log hack/test-integration.sh -run '^TestFaults$$' >/dev/null; rc=$$?; \
-		grep -E 'fault: |^\s*--- (PASS|FAIL)' bin/faults.log | sed -E 's/^\s*[a-z_]+_test.go:[0-9]+: //'; exit $$rc
+		grep -E 'faults_test\.go:[0-9]+: |^\s*--- (PASS|FAIL)|^panic:' bin/faults.log | sed -E 's/^\s*faults_test.go:[0-9]+: (fault: )/\1/'; exit $$rc
 
 verify: fmt vet tidy-check
 
