@@ -44,8 +44,10 @@ func TestFaults(t *testing.T) {
 	// gleaner-controller with a reclaim grace cap of 2 s, so that a test can
 	// watch a tenant's hour-long grace period being capped.
 	const graceCap = 2 * time.Second
+	// usual configures the controller every scenario starts from and returns to.
+	usual := func(c *controller.Config) { c.MaxReclaimGrace = graceCap }
 	env.stopController()
-	env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+	env.startControllerWith(usual)
 
 	controller.RegisterMetrics() // as the binary does: scenarios read the controller's metrics
 	chat0 := env.startChat()
@@ -61,6 +63,8 @@ func TestFaults(t *testing.T) {
 		env.waitVerdict("gpu-a", open(4), 20*time.Second)
 		env.waitVerdict("gpu-b", open(8), 20*time.Second)
 	}
+	// unfinalize lets go of a pod a scenario held with a finalizer.
+	unfinalize := []byte(`{"metadata":{"finalizers":null}}`)
 	// scenario runs one scenario as a subtest. When it fails part-way, it
 	// may leave a controller of its own, a never-Ready replica or a pod held
 	// by a finalizer behind: the baseline is restored (the usual controller,
@@ -72,7 +76,6 @@ func TestFaults(t *testing.T) {
 		}
 		t.Logf("scenario %q failed: restoring the baseline for the next one", name)
 		env.stopController()
-		unfinalize := []byte(`{"metadata":{"finalizers":null}}`)
 		for _, ns := range []string{servingNS, researchNS} {
 			for _, p := range listPods(t, env, ns) {
 				if ns == servingNS && p.Name == "chat-0" {
@@ -82,7 +85,7 @@ func TestFaults(t *testing.T) {
 				env.deleteNow(ns, p.Name)
 			}
 		}
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 		quiet(env)
 	}
 
@@ -480,7 +483,7 @@ func TestFaults(t *testing.T) {
 		}
 		quiet(env)
 		second.stop(t)
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 	})
 
 	scenario("a controller stuck before its first round lends nothing", func(t *testing.T) {
@@ -516,7 +519,7 @@ func TestFaults(t *testing.T) {
 			ev.Message, time.Since(cleared).Round(time.Millisecond))
 		env.deleteNow(researchNS, "while-stuck")
 		env.stopController()
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 	})
 
 	scenario("forged demand from an opted-in namespace is bounded by what its service could run", func(t *testing.T) {
@@ -600,7 +603,7 @@ func TestFaults(t *testing.T) {
 		env.deleteNow(servingNS, "chat-stuck")
 		quiet(env)
 		env.stopController()
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 	})
 
 	scenario("a pod stuck terminating on a finalizer: the room is made elsewhere", func(t *testing.T) {
@@ -615,8 +618,7 @@ func TestFaults(t *testing.T) {
 		env.waitBound(researchNS, "held", 20*time.Second)
 		fillLent(env, "gpu-b", "fill-b")
 		t.Cleanup(func() {
-			patch := []byte(`{"metadata":{"finalizers":null}}`)
-			_, _ = env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, patch, metav1.PatchOptions{})
+			_, _ = env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, unfinalize, metav1.PatchOptions{})
 		})
 
 		start := time.Now()
@@ -640,8 +642,7 @@ func TestFaults(t *testing.T) {
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
 		}
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := env.client.CoreV1().Pods(researchNS).Patch(env.ctx, "held", types.MergePatchType, unfinalize, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		quiet(env)
@@ -686,7 +687,7 @@ func TestFaults(t *testing.T) {
 		proxy.setDelay(0)
 		quiet(env)
 		env.stopController()
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 	})
 
 	scenario("an old leader partitioned from the API while a new one takes over", func(t *testing.T) {
@@ -735,7 +736,7 @@ func TestFaults(t *testing.T) {
 		}
 		quiet(env)
 		standby.stop(t)
-		env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap })
+		env.startControllerWith(usual)
 	})
 
 	scenario("gleaner-scheduler failing over while binding, and two binding at once", func(t *testing.T) {
@@ -839,7 +840,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	scenario("nodes, namespaces and pod groups churned: heaps stay flat", func(t *testing.T) {
-		churn(t, env.in(t), func() { env.startControllerWith(func(c *controller.Config) { c.MaxReclaimGrace = graceCap }) })
+		churn(t, env.in(t), func() { env.startControllerWith(usual) })
 	})
 
 	scenario("clocks skewed by 30 seconds or five minutes either way change nothing", func(t *testing.T) {
