@@ -113,78 +113,148 @@ func (s Service) Target() float64 {
 // infinite) counts as saturated (fail closed): its service keeps room for one
 // more replica. An unreadable forecast (NaN) counts as unbounded. Needed is at
 // most max(MaxReplicas, current) when MaxReplicas is set.
+//
+// It is Observe(s).Need(s.ForecastLoad, s.Margin): a caller asking about
+// many forecasts of one service observes its replicas once.
 func Assess(s Service) Need {
-	target := s.Target()
-	n := Need{Service: s.Name, GPUsPerReplica: s.GPUsPerReplica, Target: target}
-	var load float64
-	var unknown, waiting, starting, pending int
+	return Observe(s).Need(s.ForecastLoad, s.Margin)
+}
+
+// Observed is a service's replicas counted once: what every forecast of it
+// is assessed against (Need, Needed).
+type Observed struct {
+	Service        string
+	Target         float64
+	GPUsPerReplica int64
+	// Load of the replicas with fresh metrics; Complete when no replica is unknown.
+	Load     float64
+	Complete bool
+	// Current counts the bound replicas; the others are the replicas by state.
+	Current                             int
+	Unknown, Waiting, Starting, Pending int
+	// limit bounds needed before the floors (MaxReplicas, else maxNeeded);
+	// maxReplicas is MaxReplicas (0: none), which bounds it after them.
+	limit, maxReplicas int
+}
+
+// Observe counts a service's replicas by state and sums their load; the
+// forecast and margin of s are not read.
+func Observe(s Service) Observed {
+	o := Observed{Service: s.Name, Target: s.Target(), GPUsPerReplica: s.GPUsPerReplica, limit: maxNeeded, maxReplicas: s.MaxReplicas}
+	if s.MaxReplicas > 0 {
+		o.limit = min(s.MaxReplicas, maxNeeded)
+	}
 	for _, r := range s.Replicas {
 		if s.GPUsPerReplica <= 0 {
-			n.GPUsPerReplica = max(n.GPUsPerReplica, r.GPUs)
+			o.GPUsPerReplica = max(o.GPUsPerReplica, r.GPUs)
 		}
 		if r.Pending {
-			pending++
+			o.Pending++
 			continue
 		}
 		if r.Starting && !r.Known {
-			starting++
+			o.Starting++
 			continue
 		}
 		if !r.Known || !usable(r.Running) || !usable(r.Waiting) || !usable(r.KVCache) {
-			unknown++
+			o.Unknown++
 			continue
 		}
 		if s.Metric == KVCache {
-			load += r.KVCache
+			o.Load += r.KVCache
 		} else {
-			load += r.Running + r.Waiting
+			o.Load += r.Running + r.Waiting
 		}
 		if r.Waiting > 0 {
-			waiting++
+			o.Waiting++
 		}
 	}
-	n.Current = len(s.Replicas) - pending
-	n.Load, n.Complete = load, unknown == 0
-	forecast := s.ForecastLoad
+	o.Current = len(s.Replicas) - o.Pending
+	o.Complete = o.Unknown == 0
+	return o
+}
+
+// Needed is the replicas the service needs if its load over the window is
+// forecastLoad, with the safety margin: Assess's formula.
+func (o Observed) Needed(forecastLoad, margin float64) int {
+	n, _ := o.needed(forecastLoad, margin)
+	return o.bound(n)
+}
+
+// needed is Needed before MaxReplicas bounds it, and which rule set it
+// above the bound replicas.
+func (o Observed) needed(forecastLoad, margin float64) (int, why) {
+	forecast := forecastLoad
 	switch {
 	case math.IsNaN(forecast):
 		forecast = math.Inf(1)
 	case forecast < 0:
 		forecast = 0
 	}
-	planned := max(load, forecast) * (1 + max(s.Margin, 0))
-	limit := maxNeeded
-	if s.MaxReplicas > 0 {
-		limit = min(s.MaxReplicas, maxNeeded)
-	}
-	needed := math.Ceil(planned/target-1e-9) + float64(unknown)
+	planned := max(o.Load, forecast) * (1 + max(margin, 0))
+	needed := math.Ceil(planned/o.Target-1e-9) + float64(o.Unknown)
 	if math.IsNaN(needed) {
-		needed = float64(limit) // unreadable: fail closed
+		needed = float64(o.limit) // unreadable: fail closed
 	}
-	n.Needed = int(min(needed, float64(limit)))
+	n := int(min(needed, float64(o.limit)))
 	switch {
-	case pending > 0 && n.Needed < n.Current+pending:
+	case o.Pending > 0 && n < o.Current+o.Pending:
 		// Whoever created the pending replicas wants them: keep their room.
-		n.Needed = n.Current + pending
-		n.Reason = fmt.Sprintf("%d replicas are pending", pending)
-	case unknown > 0:
-		n.Needed = max(n.Needed, n.Current+1)
-		n.Reason = fmt.Sprintf("%d of %d replicas have no fresh metrics", unknown, n.Current)
-	case waiting > 0 && starting == 0 && pending == 0:
+		return o.Current + o.Pending, pendingReplicas
+	case o.Unknown > 0:
+		return max(n, o.Current+1), unknownReplicas
+	case o.Waiting > 0 && o.Starting == 0 && o.Pending == 0:
 		// A replica already starting or pending is the one more the waiting
 		// requests ask for: they move to it once it serves, so no further room
 		// is kept.
-		n.Needed = max(n.Needed, n.Current+1)
-		n.Reason = fmt.Sprintf("%d replicas have waiting requests", waiting)
-	case n.Needed > n.Current && s.ForecastLoad > load:
-		n.Reason = fmt.Sprintf("forecast load %.4g over the horizon (now %.4g) needs %d replicas x target %.4g", s.ForecastLoad, load, n.Needed, target)
-	case n.Needed > n.Current:
-		n.Reason = fmt.Sprintf("load %.4g exceeds %d replicas x target %.4g", load, n.Current, target)
+		return max(n, o.Current+1), waitingRequests
+	case n > o.Current && forecastLoad > o.Load:
+		return n, forecastNeeds
+	case n > o.Current:
+		return n, loadNeeds
 	}
-	if s.MaxReplicas > 0 {
-		n.Needed = min(n.Needed, max(s.MaxReplicas, n.Current))
+	return n, notMore
+}
+
+// bound applies MaxReplicas: no load, however large or forged, keeps room
+// for more replicas than the service could run.
+func (o Observed) bound(n int) int {
+	if o.maxReplicas > 0 {
+		return min(n, max(o.maxReplicas, o.Current))
 	}
+	return n
+}
+
+// why is which of Assess's rules set Needed above the bound replicas.
+type why int
+
+const (
+	notMore why = iota
+	pendingReplicas
+	unknownReplicas
+	waitingRequests
+	forecastNeeds
+	loadNeeds
+)
+
+// Need is the service's Need for forecastLoad with the margin.
+func (o Observed) Need(forecastLoad, margin float64) Need {
+	needed, reason := o.needed(forecastLoad, margin)
+	n := Need{Service: o.Service, Current: o.Current, Needed: o.bound(needed), GPUsPerReplica: o.GPUsPerReplica,
+		Load: o.Load, Complete: o.Complete, Target: o.Target}
 	n.Spare = max(0, n.Needed-n.Current)
+	switch reason {
+	case pendingReplicas:
+		n.Reason = fmt.Sprintf("%d replicas are pending", o.Pending)
+	case unknownReplicas:
+		n.Reason = fmt.Sprintf("%d of %d replicas have no fresh metrics", o.Unknown, o.Current)
+	case waitingRequests:
+		n.Reason = fmt.Sprintf("%d replicas have waiting requests", o.Waiting)
+	case forecastNeeds:
+		n.Reason = fmt.Sprintf("forecast load %.4g over the horizon (now %.4g) needs %d replicas x target %.4g", forecastLoad, o.Load, needed, o.Target)
+	case loadNeeds:
+		n.Reason = fmt.Sprintf("load %.4g exceeds %d replicas x target %.4g", o.Load, o.Current, o.Target)
+	}
 	return n
 }
 
