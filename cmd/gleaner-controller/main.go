@@ -35,13 +35,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
-	"github.com/gleaner-dev/gleaner/pkg/status"
 	"github.com/gleaner-dev/gleaner/pkg/version"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
@@ -238,7 +238,7 @@ func run(args []string) error {
 	}
 	f.cfg.BestEffortPriorityThreshold = &f.threshold
 	f.cfg.GPUResource = v1.ResourceName(f.gpuResource)
-	if f.cfg.Status.Price, err = status.ParsePrice(f.price, f.currency); err != nil {
+	if f.cfg.Status.Price, err = v1alpha1.ParsePrice(f.price, f.currency); err != nil {
 		return fmt.Errorf("--gpu-hour-price %q --currency %q: %w", f.price, f.currency, err)
 	}
 	if f.cfg.Status.Interval < time.Second {

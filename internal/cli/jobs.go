@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
-	"github.com/gleaner-dev/gleaner/pkg/status"
 )
 
 type jobsOptions struct {
@@ -136,7 +136,7 @@ func (j *jobsOptions) print(ctx context.Context, c *clients) (string, error) {
 func podsByJob(pods []v1.Pod) map[string][]*v1.Pod {
 	out := map[string][]*v1.Pod{}
 	for i := range pods {
-		kind, name := status.Key(&pods[i])
+		kind, name := api.JobOf(&pods[i])
 		out[kind+"/"+name] = append(out[kind+"/"+name], &pods[i])
 	}
 	return out

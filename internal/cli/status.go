@@ -12,7 +12,6 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
-	"github.com/gleaner-dev/gleaner/pkg/status"
 )
 
 type statusOptions struct {
@@ -156,7 +155,7 @@ func (s *statusOptions) printHarvest(w io.Writer, ns string, reports []v1alpha1.
 				window += d.GPUSeconds
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Namespace, hours(window), dash(status.Value(window, r.Status.Price)), hours(r.Status.HarvestedGPUSeconds), dash(r.Status.Value), len(r.Status.Jobs))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Namespace, hours(window), dash(r.Status.Price.Value(window)), hours(r.Status.HarvestedGPUSeconds), dash(r.Status.Value), len(r.Status.Jobs))
 	}
 	tw.Flush()
 }

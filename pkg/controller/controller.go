@@ -33,10 +33,11 @@ import (
 	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/ledger"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
-	"github.com/gleaner-dev/gleaner/pkg/status"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -200,7 +201,7 @@ type Controller struct {
 	planner   *round.Planner
 	heartbeat *heartbeat
 	// ledger keeps each namespace's harvest and jobs; status publishes them.
-	ledger *status.Ledger
+	ledger *ledger.Ledger
 	status *publisher
 
 	// State touched only by Sync (and Run after the last Sync).
@@ -252,7 +253,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		pgFactory = pginformers.NewSharedInformerFactory(cfg.PodGroups, 0)
 		podGroups = pgFactory.Scheduling().V1alpha1().PodGroups().Lister()
 	}
-	ledger := &status.Ledger{Threshold: *cfg.BestEffortPriorityThreshold, GPUResource: cfg.GPUResource}
+	jobs := &ledger.Ledger{Threshold: *cfg.BestEffortPriorityThreshold, GPUResource: cfg.GPUResource}
 	return &Controller{
 		podGroups:   podGroups,
 		pgFactory:   pgFactory,
@@ -270,8 +271,8 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		broadcast: broadcast,
 		recorder:  recorder,
 		planner:   round.New(cfg.Policy),
-		ledger:    ledger,
-		status:    &publisher{cfg: cfg.Status, ledger: ledger},
+		ledger:    jobs,
+		status:    &publisher{cfg: cfg.Status, ledger: jobs},
 		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
 			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
 
@@ -729,7 +730,7 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 
 // publishAvailability writes each open node's availability where it changed,
 // and removes it from the nodes no longer open.
-func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, avail []round.Availability) error {
+func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, avail []availability.Availability) error {
 	want := make(map[string]*harvest.Availability, len(avail))
 	for _, av := range avail {
 		published := av.Published()

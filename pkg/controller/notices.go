@@ -23,15 +23,11 @@ const (
 	ReasonReclaimNoticeWithdrawn = "GleanerReclaimNoticeWithdrawn"
 )
 
-// noticeMoved is how far a notice's expected time must move before the pod
-// is told again: the round finds it to the minute.
-const noticeMoved = time.Minute
-
 // notify writes the round's notices on their pods (annotation
 // api.AnnotationReclaimNotice, condition api.ConditionReclaimNotice, an
 // Event the first time) and withdraws those of pods no longer noticed and not
-// being evicted. Pods whose notice stands and moved less than noticeMoved are
-// left alone.
+// being evicted. A pod that already carries its notice's time is left alone:
+// the round moves a notice's time only by whole steps (round.Notice.At).
 //
 // A notice the controller did not give (a previous leader's, or the pod's
 // own) is withdrawn once per pod and then left alone: the annotation is the
@@ -59,7 +55,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 		current, has := p.Annotations[api.AnnotationReclaimNotice]
 		switch {
 		case noticed:
-			if was, err := time.Parse(time.RFC3339, current); has && err == nil && n.At.Sub(was).Abs() < noticeMoved {
+			if has && current == api.FormatTime(n.At) {
 				c.noticed[p.UID] = true
 				continue
 			}
@@ -67,7 +63,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 			// Ours from the first try: a write that failed halfway (or timed
 			// out after the server applied it) may have left it on the pod.
 			c.noticed[p.UID] = true
-			if err := c.writeNotice(ctx, p, noticeTime(n.At), v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
+			if err := c.writeNotice(ctx, p, n.At, v1.ConditionTrue, ReasonReclaimNotice, why); err != nil {
 				noticesTotal.WithLabelValues("error").Inc()
 				errs = append(errs, err)
 				continue
@@ -81,7 +77,7 @@ func (c *Controller) notify(ctx context.Context, pods []*v1.Pod, d round.Decisio
 			}
 		case has && !evicted[p.UID] && p.DeletionTimestamp == nil && (c.noticed[p.UID] || !c.foreign[p.UID]):
 			why := "The GPUs of node " + p.Spec.NodeName + " are no longer forecast to be needed; the notice is withdrawn"
-			if err := c.writeNotice(ctx, p, "", v1.ConditionFalse, ReasonReclaimNoticeWithdrawn, why); err != nil {
+			if err := c.writeNotice(ctx, p, time.Time{}, v1.ConditionFalse, ReasonReclaimNoticeWithdrawn, why); err != nil {
 				noticesTotal.WithLabelValues("error").Inc()
 				errs = append(errs, err)
 				continue
@@ -108,25 +104,13 @@ func noticeWhy(n round.Notice) string {
 		who = strings.Join(n.Services, ", ")
 	}
 	return fmt.Sprintf("Expected to be evicted at %s: the GPUs of node %s are forecast to be needed by %s",
-		noticeTime(n.At), n.Node, who)
+		api.FormatTime(n.At), n.Node, who)
 }
 
-// noticeTime is a notice's time as the annotation holds it: RFC 3339, UTC,
-// whole seconds.
-func noticeTime(at time.Time) string { return at.UTC().Truncate(time.Second).Format(time.RFC3339) }
-
-// writeNotice sets the pod's notice annotation (at; "" removes it) and its
-// notice condition.
-func (c *Controller) writeNotice(ctx context.Context, p *v1.Pod, at string, status v1.ConditionStatus, reason, message string) error {
-	var value any = at
-	if at == "" {
-		value = nil
-	}
-	meta, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationReclaimNotice: value}}})
-	if err != nil {
-		return err
-	}
-	if _, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
+// writeNotice sets the pod's notice annotation (at; the zero time removes
+// it) and its notice condition.
+func (c *Controller) writeNotice(ctx context.Context, p *v1.Pod, at time.Time, status v1.ConditionStatus, reason, message string) error {
+	if _, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, api.ReclaimNoticePatch(at), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("reclaim notice on pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	cond, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/ledger"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/status"
 )
@@ -64,7 +65,7 @@ func (c *StatusConfig) defaults() {
 // publisher writes the GPUPool and the HarvestReports.
 type publisher struct {
 	cfg     StatusConfig
-	ledger  *status.Ledger
+	ledger  *ledger.Ledger
 	history status.History
 	// restored: the published objects were read back (or there were none);
 	// poolRestored: the GPUPool was, so a retry for the HarvestReports does
@@ -137,20 +138,16 @@ func (p *publisher) restorePool(ctx context.Context, planner *round.Planner) err
 	default:
 		var gp v1alpha1.GPUPool
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pool.Object, &gp); err != nil {
-			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history starts afresh", "pool", p.cfg.PoolName)
-		} else {
-			p.history.Restore(gp.Status.History)
-			if err := planner.RestoreSurvival(status.SurvivalFrom(gp.Status.SurvivalByLoad), gp.Status.ObservedTime.Time); err != nil {
-				klog.FromContext(ctx).Error(err, "The published GPUPool's survival record is refused; availability is learned afresh", "pool", p.cfg.PoolName)
-			}
-			if err := planner.RestoreRecalibration(status.RecalibrationFrom(gp.Status.Recalibration), gp.Status.ObservedTime.Time); err != nil {
-				klog.FromContext(ctx).Error(err, "The published GPUPool's recalibration record is refused; it is learned afresh", "pool", p.cfg.PoolName)
-			}
-			if len(gp.Status.PoolProfile) > v1alpha1.MaxPoolProfile {
-				klog.FromContext(ctx).Error(nil, "The published GPUPool's pool profile is too long and is refused; it is learned afresh", "pool", p.cfg.PoolName, "bytes", len(gp.Status.PoolProfile))
-			} else if err := planner.RestorePoolProfile(gp.Status.PoolProfile); err != nil {
-				klog.FromContext(ctx).Error(err, "The published GPUPool's pool profile is refused; it is learned afresh", "pool", p.cfg.PoolName)
-			}
+			klog.FromContext(ctx).Error(err, "The published GPUPool is unreadable; its history and the planner's memory start afresh", "pool", p.cfg.PoolName)
+			return nil
+		}
+		p.history.Restore(gp.Status.History)
+		m, err := loadMemory(gp.Status)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Part of the planner's memory in the published GPUPool is refused", "pool", p.cfg.PoolName)
+		}
+		if err := planner.Restore(m); err != nil {
+			klog.FromContext(ctx).Error(err, "Part of the planner's memory in the published GPUPool is refused", "pool", p.cfg.PoolName)
 		}
 	}
 	return nil
@@ -173,13 +170,11 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	pool := status.Pool(now, o.Nodes, d.Plan, planning)
 	p.history.Add(now, pool.GPUs)
 	if p.outlook == nil || now.Sub(p.outlookAt) >= outlookEvery {
-		p.outlook, p.outlookAt = status.Outlook(planner.Outlook(o.Observation, d, OutlookSpan, OutlookStep)), now
+		p.outlook, p.outlookAt = outlookOf(planner.Outlook(d, OutlookSpan, OutlookStep)), now
 	}
 	pool.History, pool.Outlook = p.history.Samples(), p.outlook
 	pool.HarvestedGPUSeconds, pool.Price = p.ledger.HarvestedGPUSeconds(), p.cfg.Price
-	pool.SurvivalByLoad = status.Survival(planner.Survival())
-	pool.Recalibration = status.Recalibration(planner.Recalibration())
-	pool.PoolProfile = planner.PoolProfile()
+	storeMemory(planner.Memory(now), &pool)
 	if p.due(p.pool, now, !samePool(p.pool.content, pool)) {
 		if err := p.apply(ctx, v1alpha1.GPUPoolResource, "", p.cfg.PoolName, "GPUPool", &pool); err != nil {
 			errs = append(errs, err)
@@ -276,10 +271,10 @@ func (p *publisher) apply(ctx context.Context, gvr schema.GroupVersionResource, 
 }
 
 // noticesOf are a decision's notices as the ledger records them.
-func noticesOf(d round.Decision) map[*v1.Pod]status.NoticeInfo {
-	out := make(map[*v1.Pod]status.NoticeInfo, len(d.Notices))
+func noticesOf(d round.Decision) map[*v1.Pod]ledger.NoticeInfo {
+	out := make(map[*v1.Pod]ledger.NoticeInfo, len(d.Notices))
 	for _, n := range d.Notices {
-		out[n.Pod] = status.NoticeInfo{At: n.At, Node: n.Node, Why: noticeWhy(n)}
+		out[n.Pod] = ledger.NoticeInfo{At: n.At, Node: n.Node, Why: noticeWhy(n)}
 	}
 	return out
 }

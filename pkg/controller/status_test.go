@@ -17,8 +17,8 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/ledger"
 	"github.com/gleaner-dev/gleaner/pkg/round"
-	"github.com/gleaner-dev/gleaner/pkg/status"
 )
 
 // A restarted controller reads back the survival record, its recalibration
@@ -37,14 +37,14 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 		pool   string
 		same   bool // the planner's pool profile is pool after the restore
 	}{
-		{"its own record", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}, {Given4h: 96, Survived4h: 90}}, 2,
-			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: -1442, Given1h: 500, Survived1h: 200}, {LogOddsMilli: 2464, Given1h: 9000, Survived1h: 8000, Given4h: 7000, Survived4h: 5000}}, 2, poolProfile(0.5), true},
-		{"more survived than given", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 8, Survived1h: 9}}, 0,
-			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, Given4h: 7, Survived4h: 8}}, 0, poolProfile(1.5), false},
-		{"a level and a band it does not know", []v1alpha1.SurvivalRecord{{NeededAtPercent: 120, Given1h: 8}}, 0,
-			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2400, Given1h: 9}}, 0, "", false},
-		{"its own survival record, a recalibration that does not add up", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, Given1h: 800, Survived1h: 760}, {Given4h: 96, Survived4h: 90}}, 2,
-			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, Given1h: 9}, {LogOddsMilli: 2464, Given1h: 9}}, 0, poolProfile(0.5), true},
+		{"its own record", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 800, Survived1h: 760, Given4h: 800, Survived4h: 200}}, {JudgedCounts: v1alpha1.JudgedCounts{Given4h: 96, Survived4h: 90}}}, 2,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: -1442, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 500, Survived1h: 200}}, {LogOddsMilli: 2464, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 9000, Survived1h: 8000, Given4h: 7000, Survived4h: 5000}}}, 2, poolProfile(0.5), true},
+		{"more survived than given", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 8, Survived1h: 9}}}, 0,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, JudgedCounts: v1alpha1.JudgedCounts{Given4h: 7, Survived4h: 8}}}, 0, poolProfile(1.5), false},
+		{"a level and a band it does not know", []v1alpha1.SurvivalRecord{{NeededAtPercent: 120, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 8}}}, 0,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2400, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 9}}}, 0, "", false},
+		{"its own survival record, a recalibration that does not add up", []v1alpha1.SurvivalRecord{{NeededAtPercent: 110, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 800, Survived1h: 760}}, {JudgedCounts: v1alpha1.JudgedCounts{Given4h: 96, Survived4h: 90}}}, 2,
+			[]v1alpha1.RecalibrationRecord{{LogOddsMilli: 2464, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 9}}, {LogOddsMilli: 2464, JudgedCounts: v1alpha1.JudgedCounts{Given1h: 9}}}, 0, poolProfile(0.5), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
@@ -59,7 +59,7 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 				v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"}, &unstructured.Unstructured{Object: content})
 			cfg := StatusConfig{Client: client}
 			cfg.defaults()
-			p := &publisher{cfg: cfg, ledger: &status.Ledger{}}
+			p := &publisher{cfg: cfg, ledger: &ledger.Ledger{}}
 			planner := round.New(round.Config{})
 			// The HarvestReports cannot be listed the first time: the restore
 			// is tried again, and the GPUPool's records are taken once.
@@ -77,19 +77,20 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 			if err := p.restore(context.Background(), planner); err != nil {
 				t.Fatal(err)
 			}
-			got := planner.Survival()
-			if len(got) != tt.want {
+			var back v1alpha1.GPUPoolStatus
+			storeMemory(planner.Memory(time.Now()), &back)
+			if got := back.SurvivalByLoad; len(got) != tt.want {
 				t.Fatalf("the planner holds %+v after the restore, want %d counts", got, tt.want)
 			}
 			if tt.want > 0 {
-				if back := status.Survival(got); back[0] != tt.record[0] || back[1] != tt.record[1] {
-					t.Errorf("restored %+v, published %+v", back, tt.record)
+				if got := back.SurvivalByLoad; got[0] != tt.record[0] || got[1] != tt.record[1] {
+					t.Errorf("restored %+v, published %+v", got, tt.record)
 				}
 			}
-			if got := status.Recalibration(planner.Recalibration()); len(got) != tt.recals || tt.recals > 0 && !reflect.DeepEqual(got, tt.recal) {
+			if got := back.Recalibration; len(got) != tt.recals || tt.recals > 0 && !reflect.DeepEqual(got, tt.recal) {
 				t.Errorf("the planner's recalibration is %+v after the restore of %+v", got, tt.recal)
 			}
-			if got := planner.PoolProfile(); (got == tt.pool) != tt.same {
+			if got := back.PoolProfile; (got == tt.pool) != tt.same {
 				t.Errorf("the planner's pool profile is %.80s after the restore of %.80s", got, tt.pool)
 			}
 			if len(p.history.Samples()) != 1 {

@@ -3,7 +3,6 @@ package round
 import (
 	"time"
 
-	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 )
 
@@ -24,34 +23,24 @@ type OutlookPoint struct {
 }
 
 // Outlook forecasts the pool over [now, now+span) in steps of step, from
-// what the round learned of each service: for people deciding when to run,
-// not for lending (rounds decide that). d is the round's decision for obs.
-func (p *Planner) Outlook(obs Observation, d Decision, span, step time.Duration) []OutlookPoint {
-	if step <= 0 || span <= 0 {
+// what the round that decided d learned of each service: for people
+// deciding when to run, not for lending (rounds decide that). Ask it before
+// the planner's next round.
+func (p *Planner) Outlook(d Decision, span, step time.Duration) []OutlookPoint {
+	v := d.view
+	if step <= 0 || span <= 0 || v == nil {
 		return nil
 	}
-	now := obs.Now
 	out := make([]OutlookPoint, 0, int(span/step))
-	for from := now; from.Before(now.Add(span)); from = from.Add(step) {
-		expected := func(s ServiceDecision) demand.Forecast {
-			if p.cfg.WithoutProfile || s.profile == nil {
-				return demand.Now(s.load)
-			}
-			if v, ok := s.profile.PeakOver(from, step); ok {
-				return demand.Forecast{Peak: v, Profile: v}
-			}
-			return demand.Now(s.load)
-		}
-		cautious := func(s ServiceDecision) demand.Forecast {
-			return demand.PeakForecastFrom(now, from, s.load, step, s.trend, s.profile)
-		}
+	for from := v.now; from.Before(v.now.Add(span)); from = from.Add(step) {
 		pt := OutlookPoint{Time: from}
-		w := window{from, step}
-		for _, need := range p.needs(d.Services, expected, w) {
-			pt.InferenceGPUs += int64(need.Needed) * need.GPUsPerReplica
+		expected := v.pooledForecasts(whatIf{from: from, length: step, kind: expected})
+		needed, _ := v.replicasFor(expected)
+		for i, n := range needed {
+			pt.InferenceGPUs += int64(n) * v.services[i].observed.GPUsPerReplica
 		}
-		pt.LendableLow = lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, cautious, w)))
-		pt.LendableHigh = max(pt.LendableLow, lendable(obs.Nodes, harvest.MakePlan(obs.Nodes, p.headroomFor(d.Services, expected, w))))
+		pt.LendableLow = lendable(v.nodes, v.plan(whatIf{from: from, length: step}))
+		pt.LendableHigh = max(pt.LendableLow, lendable(v.nodes, harvest.MakePlan(v.nodes, v.headroomFor(expected))))
 		out = append(out, pt)
 	}
 	return out

@@ -25,7 +25,7 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 			Settings: demand.Settings{TargetLoad: 16}}}}
 	p := New(Config{OpenAfter: 0, Margin: -1})
 	d := p.Plan(obs)
-	out := p.Outlook(obs, d, 8*time.Hour, time.Hour)
+	out := p.Outlook(d, 8*time.Hour, time.Hour)
 	if len(out) != 8 {
 		t.Fatalf("%d points, want 8", len(out))
 	}
@@ -47,7 +47,7 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 			t.Errorf("%s: cautious %d above expected %d", pt.Time.Format("15:04"), pt.LendableLow, pt.LendableHigh)
 		}
 	}
-	if p.Outlook(obs, d, 0, time.Hour) != nil || p.Outlook(obs, d, time.Hour, 0) != nil {
+	if p.Outlook(d, 0, time.Hour) != nil || p.Outlook(d, time.Hour, 0) != nil {
 		t.Error("an empty span or step gave points")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
@@ -436,9 +437,9 @@ func TestMarkPrepared(t *testing.T) {
 		checkpointed(job("unnoticed", "n1", 2, time.Hour), since.Add(10*time.Second)),
 		job("never", "n1", 2, time.Hour),
 	}
-	p.noticed = map[types.UID]noticed{}
+	p.given = map[types.UID]Given{}
 	for _, name := range []string{"after", "before", "never"} {
-		p.noticed[types.UID(name)] = noticed{at: t0.Add(time.Minute), since: since}
+		p.given[types.UID(name)] = Given{At: t0.Add(time.Minute), Since: since}
 	}
 	p.markPrepared(cs)
 	for _, c := range cs {
@@ -478,7 +479,7 @@ func TestAvailability(t *testing.T) {
 		for _, av := range d.Availability {
 			for h, p := range av.Survive {
 				if learned := p != harvest.NotLearned; learned != want[h] || learned && (p < 0 || p > 1) {
-					t.Errorf("%s: %+v: want a chance over %v given: %v", when, av, SurvivalHorizons[h], want[h])
+					t.Errorf("%s: %+v: want a chance over %v given: %v", when, av, availability.SurvivalHorizons[h], want[h])
 				}
 			}
 		}
@@ -491,7 +492,7 @@ func TestAvailability(t *testing.T) {
 		}
 	}
 	var at1105 Decision
-	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(9 * time.Hour)); now = now.Add(AvailabilityEvery) {
+	for now := t0.Add(availability.Every); !now.After(t0.Add(9 * time.Hour)); now = now.Add(availability.Every) {
 		d := p.Plan(obs(now))
 		switch now {
 		case t0.Add(65 * time.Minute):
@@ -502,8 +503,8 @@ func TestAvailability(t *testing.T) {
 	}
 	given(at1105, "11:05", [2]bool{true, false})
 	cal := p.Calibration()
-	frac := func(days [][]CalibrationBucket) (hours, survived float64) {
-		for _, b := range SumCalibration(days) {
+	frac := func(days [][]availability.CalibrationBucket) (hours, survived float64) {
+		for _, b := range availability.SumCalibration(days) {
 			hours += b.GPUHours
 			survived += b.Survived * b.GPUHours
 		}
@@ -517,83 +518,12 @@ func TestAvailability(t *testing.T) {
 	}
 }
 
-// What the planner learned of its availability forecasts is what a restart
-// reads back (the controller publishes it on the GPUPool): a planner that
-// takes it back gives the same probabilities, and gives them over both
-// spans from the start (the recalibration curve it learns again as its own
-// forecasts are judged); a record that does not add up is refused whole.
-func TestSurvivalRecordOutlivesARestart(t *testing.T) {
-	p := New(Config{})
-	p.avail.seen[levelOf(110)][0] = struct{ gpus, survived float64 }{800, 760}
-	p.avail.seen[levelOf(110)][1] = struct{ gpus, survived float64 }{800, 200}
-	p.avail.seen[levelOf(0)][1] = struct{ gpus, survived float64 }{96, 90}
-	record := p.Survival()
-	if len(record) != 2 || record[0].NeededAtPercent != 110 || record[1].NeededAtPercent != 0 || record[0].Given != [2]int64{800, 800} || record[0].Survived != [2]int64{760, 200} {
-		t.Fatalf("record %+v", record)
-	}
-	q := New(Config{})
-	if q.avail.learned != [2]bool{} {
-		t.Fatalf("a new planner has learned %v", q.avail.learned)
-	}
-	if err := q.RestoreSurvival(record, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	if q.avail.learned != [2]bool{true, true} {
-		t.Errorf("restored, the planner gives chances over %v, want both spans", q.avail.learned)
-	}
-	for l := range q.avail.seen {
-		for h := range SurvivalHorizons {
-			if got, want := q.avail.survival(l, h, true), p.avail.survival(l, h, true); got != want {
-				t.Errorf("level %d%%, horizon %d: %.4f after the restart, %.4f before", levelPercent(l), h, got, want)
-			}
-		}
-	}
-	// The time the controller was down fades the record as if it had run:
-	// published a half-life before the restarted planner's first judgement,
-	// or before what it learned since was last faded.
-	halved := func(q *Planner, when string) {
-		t.Helper()
-		if got := q.avail.seen[levelOf(110)][0]; got.gpus != 400 || got.survived != 380 {
-			t.Errorf("%s: %+v at 110%% over an hour, want 400 given and 380 survived", when, got)
-		}
-	}
-	down := New(Config{})
-	if err := down.RestoreSurvival(record, t0); err != nil {
-		t.Fatal(err)
-	}
-	down.avail.judge(t0.Add(SurvivalHalfLife))
-	halved(down, "restored, then judged a half-life later")
-	since := New(Config{})
-	since.avail.judge(t0.Add(SurvivalHalfLife))
-	if err := since.RestoreSurvival(record, t0); err != nil {
-		t.Fatal(err)
-	}
-	halved(since, "restored into a planner that judged a half-life after it was published")
-	for _, bad := range [][]SurvivalCount{
-		{{NeededAtPercent: 120, Given: [2]int64{1, 1}}},
-		{{NeededAtPercent: 100, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
-		{{NeededAtPercent: 100, Given: [2]int64{-1, 0}}},
-		{{NeededAtPercent: 100, Given: [2]int64{maxSurvivalGPUs + 1, 0}}},
-		{{NeededAtPercent: 100, Given: [2]int64{1, 1}}, {NeededAtPercent: 100, Given: [2]int64{1, 1}}},
-		{{NeededAtPercent: 100, Given: [2]int64{5, 5}}, {NeededAtPercent: -1}},
-	} {
-		fresh := New(Config{})
-		if err := fresh.RestoreSurvival(bad, time.Time{}); err == nil {
-			t.Errorf("%+v was taken back", bad)
-		}
-		if got := fresh.Survival(); len(got) != 0 {
-			t.Errorf("%+v was refused, yet %+v was kept", bad, got)
-		}
-	}
-}
-
 // A service one request below needing a second replica: one node is needed
 // (within either span) should its load be 10% above the forecast, the other
 // not even at twice the forecast. The load then rises past the replica, and
 // the first node loses its GPUs within the hour while the other keeps them:
 // the record learns each apart, and gives a node at 110% a low chance and
-// one needed at no level a high one. What is learned fades by half in
-// SurvivalHalfLife.
+// one needed at no level a high one.
 func TestSurvivalIsLearnedByHowFarTheLoadsStandFromNeedingTheNode(t *testing.T) {
 	p := New(Config{OpenAfter: 0, Margin: -1})
 	obs := func(now time.Time, load float64) Observation {
@@ -603,46 +533,33 @@ func TestSurvivalIsLearnedByHowFarTheLoadsStandFromNeedingTheNode(t *testing.T) 
 		}, Services: []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}}}
 	}
 	p.Plan(obs(t0, 15))
-	levels := map[string]int{}
-	for _, r := range p.avail.pending {
-		if r.level[0] != r.level[1] {
-			t.Errorf("%s: levels %v, want one for both spans", r.node, r.level)
+	// survival is the learned chance at a level (a percentage of the
+	// forecast; 0: none) over the hour, for GPUs the forecast keeps.
+	survival := func(percent int) (given int64, chance float64) {
+		for _, c := range p.avail.Survival() {
+			if c.NeededAtPercent == percent {
+				return c.Given[0], float64(c.Survived[0]+1) / float64(c.Given[0]+1)
+			}
 		}
-		levels[r.node] = levelPercent(r.level[0])
+		return 0, 1
 	}
-	var near, far string
-	for node, l := range levels {
-		switch l {
-		case 110:
-			near = node
-		case 0:
-			far = node
-		}
-	}
-	if len(levels) != 2 || near == "" || far == "" {
-		t.Fatalf("levels %v: want one node at 110%% and one at none", levels)
-	}
-	for now := t0.Add(AvailabilityEvery); !now.After(t0.Add(65 * time.Minute)); now = now.Add(AvailabilityEvery) {
+	for now := t0.Add(availability.Every); !now.After(t0.Add(65 * time.Minute)); now = now.Add(availability.Every) {
 		load := 15.0
 		if !now.Before(t0.Add(30 * time.Minute)) {
 			load = 17
 		}
 		p.Plan(obs(now, load))
 	}
-	if got := p.avail.survival(levelOf(110), 0, true); got > 0.2 {
-		t.Errorf("an hour's survival at 110%%: %.2f, want the near node's fate (lost)", got)
+	// The round at 10:00 gave each node its level: its 8 GPUs, judged at 11:00.
+	if given, got := survival(110); given < 8 || got > 0.2 {
+		t.Errorf("an hour's survival at 110%%: %.2f of %d GPUs, want the near node's fate (lost)", got, given)
 	}
-	if got := p.avail.survival(levelOf(0), 0, true); got < 0.9 {
-		t.Errorf("an hour's survival at no level: %.2f, want the far node's fate (kept)", got)
+	if given, got := survival(0); given < 8 || got < 0.9 {
+		t.Errorf("an hour's survival at no level: %.2f of %d GPUs, want the far node's fate (kept)", got, given)
 	}
-	before := p.avail.seen
-	p.avail.pending = nil
-	p.avail.judge(p.avail.fadedAt.Add(SurvivalHalfLife))
-	for l := range before {
-		for h := range before[l] {
-			if got, want := p.avail.seen[l][h], before[l][h]; math.Abs(got.gpus-want.gpus/2) > 1e-9 || math.Abs(got.survived-want.survived/2) > 1e-9 {
-				t.Errorf("level %d%%, horizon %d: %+v a half-life after %+v", levelPercent(l), h, got, want)
-			}
+	for _, c := range p.avail.Survival() {
+		if c.NeededAtPercent != 110 && c.NeededAtPercent != 0 {
+			t.Errorf("GPUs learned at %d%%: want each node at its level, 110%% and none", c.NeededAtPercent)
 		}
 	}
 }
@@ -700,7 +617,7 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	for i, w := range learn.ProfilesDue(t0, true) {
 		stored[i] = w.JSON
 	}
-	pool := learn.PoolProfile()
+	pool := learn.Memory(t0).PoolProfile
 	var ratios demand.PoolProfile
 	if err := json.Unmarshal([]byte(pool), &ratios); err != nil || ratios.Learned() != 2 || ratios.Ratio[demand.SlotOfWeek(t0)] != 0.5 {
 		t.Fatalf("pool profile %s (%v): want a ratio of 0.5 learned for two slots", pool, err)
@@ -708,7 +625,7 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 
 	spare := func(cfg Config, restore string, loads [2]float64, unknown bool) []int {
 		p := New(cfg)
-		if err := p.RestorePoolProfile(restore); err != nil {
+		if err := p.Restore(Memory{PoolProfile: restore}); err != nil {
 			t.Fatal(err)
 		}
 		o := obs(t0, loads, stored)
@@ -747,12 +664,12 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	p := New(Config{})
 	for _, bad := range []string{"{", `{"v":2}`, `{"v":1,"ratio":[0.5],"weeks":[1]}`,
 		strings.Replace(pool, "0.5", "1.5", 1), strings.Replace(pool, `"weeks":[`, `"weeks":[0,`, 1)} {
-		if err := p.RestorePoolProfile(bad); err == nil {
-			t.Errorf("RestorePoolProfile(%.60q) took it", bad)
+		if err := p.Restore(Memory{PoolProfile: bad}); err == nil {
+			t.Errorf("Restore of pool profile %.60q took it", bad)
 		}
 	}
-	if p.PoolProfile() != `{"v":1}` {
-		t.Errorf("pool profile %s after refused restores, want nothing learned", p.PoolProfile())
+	if got := p.Memory(t0).PoolProfile; got != `{"v":1}` {
+		t.Errorf("pool profile %s after refused restores, want nothing learned", got)
 	}
 }
 
@@ -770,7 +687,7 @@ func TestPooledScalesTheRoomsToThePoolsRise(t *testing.T) {
 	}
 	service := func(key string, load, peak float64) ServiceDecision {
 		// Replicas of 4 GPUs at a target of 16: a GPU per 4 load.
-		return ServiceDecision{Key: key, load: load, gpusPerLoad: 0.25, complete: true, profile: learned(peak)}
+		return ServiceDecision{Key: key, observed: demand.Observed{Load: load, Complete: true}, gpusPerLoad: 0.25, profile: learned(peak)}
 	}
 	profiles := func(p *Planner, services []ServiceDecision) []float64 {
 		forecasts := make([]demand.Forecast, len(services))
@@ -779,7 +696,8 @@ func TestPooledScalesTheRoomsToThePoolsRise(t *testing.T) {
 				forecasts[i].Profile, _ = s.profile.PeakOver(t0, 15*time.Minute)
 			}
 		}
-		p.pooled(services, forecasts, window{t0, 15 * time.Minute})
+		v := &view{p: p, now: t0, services: services}
+		v.pool(forecasts, whatIf{from: t0, length: 15 * time.Minute})
 		out := make([]float64, len(forecasts))
 		for i, f := range forecasts {
 			out[i] = f.Profile
@@ -808,8 +726,8 @@ func TestPooledScalesTheRoomsToThePoolsRise(t *testing.T) {
 		// At 8 GPUs each, 24 in all, the pool is past its learned peak:
 		// no room for any profile (a's 32 requests are its load).
 		{"past the pool's peak", withRatio(0.5), []ServiceDecision{service("a", 32, 64), service("b", 32, 32), service("c", 32, 32)}, []float64{32, 32, 32}},
-		{"a newcomer the pool never saw", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", load: 40, gpusPerLoad: 0.25, complete: true}), []float64{32, 16, 16, 0}},
-		{"a load unknown", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", gpusPerLoad: 0.25, complete: false}), []float64{64, 32, 32, 0}},
+		{"a newcomer the pool never saw", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", observed: demand.Observed{Load: 40, Complete: true}, gpusPerLoad: 0.25}), []float64{32, 16, 16, 0}},
+		{"a load unknown", withRatio(0.5), append(slices.Clone(idle), ServiceDecision{Key: "d", gpusPerLoad: 0.25}), []float64{64, 32, 32, 0}},
 		{"per service", New(Config{ProfilePerService: true}), idle, []float64{64, 32, 32}},
 		{"not learned", New(Config{}), idle, []float64{64, 32, 32}},
 	} {

@@ -77,6 +77,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
@@ -420,7 +421,7 @@ type Calibration struct {
 // CalibrationBucket is one tenth of probability and how far its gap could
 // move with other days of the same traffic.
 type CalibrationBucket struct {
-	round.CalibrationBucket
+	availability.CalibrationBucket
 	// GapLow and GapHigh bound, in points, 90% of the gap (Survived -
 	// Predicted) over the run's days drawn again with replacement
 	// (calibrationResamples times, the same draws every run). The
@@ -440,10 +441,10 @@ const calibrationResamples = 2000
 
 // newCalibration checks the probabilities given over span, from the
 // planner's record by day (round.Planner.Calibration).
-func newCalibration(span time.Duration, days [][]round.CalibrationBucket) Calibration {
+func newCalibration(span time.Duration, days [][]availability.CalibrationBucket) Calibration {
 	c := Calibration{Hours: span.Hours()}
 	var total float64
-	for _, b := range round.SumCalibration(days) {
+	for _, b := range availability.SumCalibration(days) {
 		total += b.GPUHours
 		c.MeanPoints += b.GPUHours * 100 * math.Abs(b.Predicted-b.Survived)
 		c.Buckets = append(c.Buckets, CalibrationBucket{CalibrationBucket: b})
@@ -458,7 +459,7 @@ func newCalibration(span time.Duration, days [][]round.CalibrationBucket) Calibr
 		}
 	}
 	// of is the place in c.Buckets of a day's bucket.
-	of := func(b round.CalibrationBucket) int {
+	of := func(b availability.CalibrationBucket) int {
 		return slices.IndexFunc(c.Buckets, func(cb CalibrationBucket) bool { return cb.From == b.From })
 	}
 	for _, day := range days {
@@ -469,12 +470,12 @@ func newCalibration(span time.Duration, days [][]round.CalibrationBucket) Calibr
 	// Each draw takes len(days) days with replacement and adds them up.
 	gaps := make([][]float64, len(c.Buckets))
 	rng := rand.New(rand.NewPCG(1, 2))
-	drawn := make([][]round.CalibrationBucket, len(days))
+	drawn := make([][]availability.CalibrationBucket, len(days))
 	for range calibrationResamples {
 		for i := range drawn {
 			drawn[i] = days[rng.IntN(len(days))]
 		}
-		for _, b := range round.SumCalibration(drawn) {
+		for _, b := range availability.SumCalibration(drawn) {
 			i := of(b)
 			gaps[i] = append(gaps[i], 100*(b.Survived-b.Predicted))
 		}
@@ -671,7 +672,7 @@ func (s *sim) run() {
 	}
 	r.Savings = r.HarvestedGPUHours * cfg.PricePerGPUHour
 	for h, days := range s.planner.Calibration() {
-		if c := newCalibration(round.SurvivalHorizons[h], days); len(c.Buckets) > 0 {
+		if c := newCalibration(availability.SurvivalHorizons[h], days); len(c.Buckets) > 0 {
 			r.Availability = append(r.Availability, c)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 )
 
 // small is a one-node cluster (8 GPUs) serving one service with 4-GPU
@@ -384,17 +384,17 @@ func TestNoticesSaveWork(t *testing.T) {
 // could move it: days alike leave no room, one bad day among good ones a
 // range that holds both the gap with it and the gap without it.
 func TestCalibrationRangeOverTheDays(t *testing.T) {
-	bucket := func(from, predicted, survived float64) round.CalibrationBucket {
-		return round.CalibrationBucket{From: from, To: from + 0.1, GPUHours: 100, Predicted: predicted, Survived: survived}
+	bucket := func(from, predicted, survived float64) availability.CalibrationBucket {
+		return availability.CalibrationBucket{From: from, To: from + 0.1, GPUHours: 100, Predicted: predicted, Survived: survived}
 	}
-	var alike, oneBad [][]round.CalibrationBucket
+	var alike, oneBad [][]availability.CalibrationBucket
 	for day := range 14 {
-		alike = append(alike, []round.CalibrationBucket{bucket(0.7, 0.75, 0.72), bucket(0.9, 0.95, 0.95)})
+		alike = append(alike, []availability.CalibrationBucket{bucket(0.7, 0.75, 0.72), bucket(0.9, 0.95, 0.95)})
 		survived := 0.80
 		if day == 9 {
 			survived = 0.10
 		}
-		oneBad = append(oneBad, []round.CalibrationBucket{bucket(0.7, 0.75, survived)})
+		oneBad = append(oneBad, []availability.CalibrationBucket{bucket(0.7, 0.75, survived)})
 	}
 	c := newCalibration(time.Hour, alike)
 	if len(c.Buckets) != 2 || math.Abs(c.WorstPoints-3) > 1e-9 || math.Abs(c.MeanPoints-1.5) > 1e-9 {

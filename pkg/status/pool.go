@@ -1,13 +1,10 @@
 // Package status turns what gleaner-controller observes and decides into
-// what it publishes for people (pkg/api/v1alpha1): the pool at a glance,
-// its history and outlook, and each namespace's harvest and jobs. It talks
-// to no API.
+// the pool's status it publishes for people (the GPUPool of
+// pkg/api/v1alpha1): every GPU by state, and their history. Each
+// namespace's harvest and jobs are pkg/ledger's. It talks to no API.
 package status
 
 import (
-	"fmt"
-	"math"
-	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +12,6 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
-	"github.com/gleaner-dev/gleaner/pkg/round"
 )
 
 // History is sampled every HistoryStep and kept for HistorySpan.
@@ -96,85 +92,4 @@ func (h *History) Add(now time.Time, g v1alpha1.GPUCounts) {
 // Samples are the kept samples, oldest first.
 func (h *History) Samples() []v1alpha1.PoolSample {
 	return append([]v1alpha1.PoolSample(nil), h.samples...)
-}
-
-// Outlook is the round's outlook as published.
-func Outlook(points []round.OutlookPoint) []v1alpha1.OutlookPoint {
-	out := make([]v1alpha1.OutlookPoint, 0, len(points))
-	for _, p := range points {
-		out = append(out, v1alpha1.OutlookPoint{Time: metav1.NewTime(p.Time), Inference: p.InferenceGPUs, LendableLow: p.LendableLow, LendableHigh: p.LendableHigh})
-	}
-	return out
-}
-
-// Survival is the planner's record of its availability forecasts as the
-// GPUPool publishes it.
-func Survival(counts []round.SurvivalCount) []v1alpha1.SurvivalRecord {
-	out := make([]v1alpha1.SurvivalRecord, 0, len(counts))
-	for _, c := range counts {
-		out = append(out, v1alpha1.SurvivalRecord{NeededAtPercent: int32(c.NeededAtPercent),
-			Given1h: c.Given[0], Survived1h: c.Survived[0], Given4h: c.Given[1], Survived4h: c.Survived[1]})
-	}
-	return out
-}
-
-// SurvivalFrom reads a published record back, for the planner to check and
-// take back (round.Planner.RestoreSurvival).
-func SurvivalFrom(records []v1alpha1.SurvivalRecord) []round.SurvivalCount {
-	out := make([]round.SurvivalCount, 0, len(records))
-	for _, r := range records {
-		out = append(out, round.SurvivalCount{NeededAtPercent: int(r.NeededAtPercent),
-			Given: [2]int64{r.Given1h, r.Given4h}, Survived: [2]int64{r.Survived1h, r.Survived4h}})
-	}
-	return out
-}
-
-// Recalibration is the planner's recalibration record as the GPUPool
-// publishes it.
-func Recalibration(counts []round.RecalibrationCount) []v1alpha1.RecalibrationRecord {
-	out := make([]v1alpha1.RecalibrationRecord, 0, len(counts))
-	for _, c := range counts {
-		out = append(out, v1alpha1.RecalibrationRecord{LogOddsMilli: int32(c.LogOddsMilli),
-			Given1h: c.Given[0], Survived1h: c.Survived[0], Given4h: c.Given[1], Survived4h: c.Survived[1]})
-	}
-	return out
-}
-
-// RecalibrationFrom reads a published recalibration record back, for the
-// planner to check and take back (round.Planner.RestoreRecalibration).
-func RecalibrationFrom(records []v1alpha1.RecalibrationRecord) []round.RecalibrationCount {
-	out := make([]round.RecalibrationCount, 0, len(records))
-	for _, r := range records {
-		out = append(out, round.RecalibrationCount{LogOddsMilli: int(r.LogOddsMilli),
-			Given: [2]int64{r.Given1h, r.Given4h}, Survived: [2]int64{r.Survived1h, r.Survived4h}})
-	}
-	return out
-}
-
-// ParsePrice reads a GPU-hour price and its currency, as an admin sets them:
-// a non-negative decimal, and a currency of 1 to 8 letters.
-func ParsePrice(perGPUHour, currency string) (*v1alpha1.Price, error) {
-	if perGPUHour == "" {
-		return nil, nil
-	}
-	if _, err := parsePrice(perGPUHour); err != nil {
-		return nil, err
-	}
-	if len(currency) == 0 || len(currency) > 8 {
-		return nil, fmt.Errorf("currency %q: want 1 to 8 letters (USD, EUR, credits)", currency)
-	}
-	for _, r := range currency {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
-			return nil, fmt.Errorf("currency %q: want 1 to 8 letters (USD, EUR, credits)", currency)
-		}
-	}
-	return &v1alpha1.Price{PerGPUHour: perGPUHour, Currency: currency}, nil
-}
-
-func parsePrice(s string) (float64, error) {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, fmt.Errorf("GPU-hour price %q: want a non-negative decimal such as 2.50", s)
-	}
-	return v, nil
 }

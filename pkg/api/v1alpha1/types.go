@@ -112,10 +112,7 @@ type SurvivalRecord struct {
 	// the forecast first needs the GPUs within the span; 0 for GPUs needed
 	// at none of the levels (up to twice the forecast).
 	NeededAtPercent int32 `json:"neededAtPercent"`
-	Given1h         int64 `json:"given1h"`
-	Survived1h      int64 `json:"survived1h"`
-	Given4h         int64 `json:"given4h"`
-	Survived4h      int64 `json:"survived4h"`
+	JudgedCounts    `json:",inline"`
 }
 
 // RecalibrationRecord counts, for one band of the chances given, the GPUs
@@ -123,10 +120,16 @@ type SurvivalRecord struct {
 type RecalibrationRecord struct {
 	// LogOddsMilli is the band's middle: log(p/(1-p)), in thousandths.
 	LogOddsMilli int32 `json:"logOddsMilli"`
-	Given1h      int64 `json:"given1h"`
-	Survived1h   int64 `json:"survived1h"`
-	Given4h      int64 `json:"given4h"`
-	Survived4h   int64 `json:"survived4h"`
+	JudgedCounts `json:",inline"`
+}
+
+// JudgedCounts are the GPUs given a chance of staying lent for an hour, and
+// for four, and how many of them did.
+type JudgedCounts struct {
+	Given1h    int64 `json:"given1h"`
+	Survived1h int64 `json:"survived1h"`
+	Given4h    int64 `json:"given4h"`
+	Survived4h int64 `json:"survived4h"`
 }
 
 // NodeCounts are the pool's nodes by verdict.

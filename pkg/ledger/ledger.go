@@ -1,10 +1,13 @@
-package status
+// Package ledger keeps each namespace's harvest and best-effort jobs between
+// rounds, as gleaner-controller publishes them in HarvestReports
+// (pkg/api/v1alpha1): GPU-seconds harvested, each job's pods, evictions,
+// notices and checkpoints. It talks to no API.
+package ledger
 
 import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,11 +16,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
-	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
-
-// LabelWorkflow is the label Argo puts on a workflow's pods: its name.
-const LabelWorkflow = "workflows.argoproj.io/workflow"
 
 // keptFirst is how many of a timeline's first events survive trimming; the
 // rest of MaxEvents are the latest.
@@ -65,21 +64,6 @@ type restoredPod struct {
 
 type podSeen struct {
 	placed, finished, evicted bool
-}
-
-// Key names a pod's job: its pod group, its Argo workflow, its controller
-// (a Job, a JobSet...), or the pod itself.
-func Key(p *v1.Pod) (kind, name string) {
-	if g := p.Labels[api.LabelPodGroup]; g != "" {
-		return "PodGroup", g
-	}
-	if w := p.Labels[LabelWorkflow]; w != "" {
-		return "Workflow", w
-	}
-	if ref := metav1.GetControllerOf(p); ref != nil {
-		return ref.Kind, ref.Name
-	}
-	return "Pod", p.Name
 }
 
 func jobKey(kind, name string) string { return kind + "/" + name }
@@ -183,7 +167,7 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 			continue
 		}
 		n := l.ns(p.Namespace)
-		kind, name := Key(p)
+		kind, name := api.JobOf(p)
 		key := jobKey(kind, name)
 		j := n.jobs[key]
 		if j == nil {
@@ -303,7 +287,7 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 				l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(boundAt(p, now)), Type: typ, Pod: p.Name, Node: p.Spec.NodeName, GPUs: g, Message: msg})
 			}
 		}
-		if t, ok := reclaim.LastCheckpoint(p); ok && !t.After(now.Add(time.Minute)) && (j.LastCheckpoint == nil || t.After(j.LastCheckpoint.Time)) {
+		if t, ok := api.LastCheckpoint(p); ok && !t.After(now.Add(time.Minute)) && (j.LastCheckpoint == nil || t.After(j.LastCheckpoint.Time)) {
 			mt := metav1.NewTime(t)
 			j.LastCheckpoint = &mt
 			l.event(n, j, v1alpha1.JobEvent{Time: mt, Type: v1alpha1.EventCheckpointed, Pod: p.Name, Node: p.Spec.NodeName, Message: "checkpoint reported"})
@@ -442,7 +426,7 @@ func (l *Ledger) jobOf(p *v1.Pod) (*namespace, *job) {
 	if n == nil {
 		return nil, nil
 	}
-	kind, name := Key(p)
+	kind, name := api.JobOf(p)
 	return n, n.jobs[jobKey(kind, name)]
 }
 
@@ -530,7 +514,7 @@ func (l *Ledger) Report(ns string, now time.Time, price *v1alpha1.Price) (st v1a
 	st.ObservedTime = metav1.NewTime(now)
 	st.Daily = slices.Clone(n.status.Daily)
 	st.HarvestedGPUHours = fmt.Sprintf("%.2f", float64(st.HarvestedGPUSeconds)/3600)
-	st.Value, st.Price = Value(st.HarvestedGPUSeconds, price), price
+	st.Value, st.Price = price.Value(st.HarvestedGPUSeconds), price
 	st.Jobs = make([]v1alpha1.Job, 0, len(n.jobs))
 	keys := make([]string, 0, len(n.jobs))
 	for k := range n.jobs {
@@ -568,17 +552,4 @@ func (l *Ledger) HarvestedGPUSeconds() int64 {
 		s += n.status.HarvestedGPUSeconds
 	}
 	return s
-}
-
-// Value is gpuSeconds at price, rounded to cents ("" without a price).
-func Value(gpuSeconds int64, price *v1alpha1.Price) string {
-	if price == nil {
-		return ""
-	}
-	per, err := parsePrice(price.PerGPUHour)
-	if err != nil {
-		return ""
-	}
-	v := per * float64(gpuSeconds) / 3600
-	return strings.TrimSpace(fmt.Sprintf("%.2f %s", v, price.Currency))
 }

@@ -1,4 +1,4 @@
-package round
+package availability
 
 import (
 	"math"
@@ -63,47 +63,48 @@ func TestRecalibrationLeavesRightChancesAlone(t *testing.T) {
 }
 
 // The recalibration outlives a restart as the survival record does: a
-// planner that takes back what another learned recalibrates as it did, and
+// learner that takes back what another learned recalibrates as it did, and
 // a record that does not add up is refused whole.
 func TestRecalibrationOutlivesARestart(t *testing.T) {
-	p := New(Config{})
+	var p Learner
 	for i := range 99 {
 		prob := float64(i+1) / 100
-		p.avail.recal[0].add(prob, 1e4, sigmoid(0.6*logit(prob)+0.2))
-		p.avail.recal[1].add(prob, 5e3, sigmoid(0.8*logit(prob)-0.3))
+		p.recal[0].add(prob, 1e4, sigmoid(0.6*logit(prob)+0.2))
+		p.recal[1].add(prob, 5e3, sigmoid(0.8*logit(prob)-0.3))
 	}
-	for h := range p.avail.recal {
-		p.avail.recal[h].fit()
+	for h := range p.recal {
+		p.recal[h].fit()
 	}
 	record := p.Recalibration()
 	if len(record) == 0 || len(record) > recalBins {
 		t.Fatalf("%d bands recorded", len(record))
 	}
-	q := New(Config{})
+	var q Learner
 	if err := q.RestoreRecalibration(record, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	for h := range SurvivalHorizons {
 		for _, prob := range []float64{0.1, 0.5, 0.9} {
-			if got, want := q.avail.recal[h].apply(prob), p.avail.recal[h].apply(prob); math.Abs(got-want) > 1e-4 {
+			if got, want := q.recal[h].apply(prob), p.recal[h].apply(prob); math.Abs(got-want) > 1e-4 {
 				t.Errorf("span %v: %.2f recalibrated to %.4f after the restart, %.4f before", SurvivalHorizons[h], prob, got, want)
 			}
 		}
 	}
 	band := record[0].LogOddsMilli
+	given := func(g1, g4, s1, s4 int64) Judged { return Judged{Given: [2]int64{g1, g4}, Survived: [2]int64{s1, s4}} }
 	for _, bad := range [][]RecalibrationCount{
-		{{LogOddsMilli: band + 20, Given: [2]int64{1, 1}}},
-		{{LogOddsMilli: 99999, Given: [2]int64{1, 1}}},
-		{{LogOddsMilli: band, Given: [2]int64{10, 10}, Survived: [2]int64{11, 0}}},
-		{{LogOddsMilli: band, Given: [2]int64{-1, 0}}},
-		{{LogOddsMilli: band, Given: [2]int64{maxSurvivalGPUs + 1, 0}}},
-		{{LogOddsMilli: band, Given: [2]int64{1, 1}}, {LogOddsMilli: band, Given: [2]int64{1, 1}}},
+		{{LogOddsMilli: band + 20, Judged: given(1, 1, 0, 0)}},
+		{{LogOddsMilli: 99999, Judged: given(1, 1, 0, 0)}},
+		{{LogOddsMilli: band, Judged: given(10, 10, 11, 0)}},
+		{{LogOddsMilli: band, Judged: given(-1, 0, 0, 0)}},
+		{{LogOddsMilli: band, Judged: given(maxSurvivalGPUs+1, 0, 0, 0)}},
+		{{LogOddsMilli: band, Judged: given(1, 1, 0, 0)}, {LogOddsMilli: band, Judged: given(1, 1, 0, 0)}},
 	} {
-		fresh := New(Config{})
+		var fresh Learner
 		if err := fresh.RestoreRecalibration(bad, time.Time{}); err == nil {
 			t.Errorf("%+v was taken back", bad)
 		}
-		if got := fresh.Recalibration(); len(got) != 0 || fresh.avail.recal[0].fitted {
+		if got := fresh.Recalibration(); len(got) != 0 || fresh.recal[0].fitted {
 			t.Errorf("%+v was refused, yet %+v was kept", bad, got)
 		}
 	}

@@ -1,4 +1,4 @@
-package round
+package availability
 
 import (
 	"fmt"
@@ -127,20 +127,20 @@ func (r *recalibration) apply(p float64) float64 {
 // (thousandths), and for each of SurvivalHorizons the GPUs given a chance
 // in it and how many of them kept being lent, faded by SurvivalHalfLife.
 type RecalibrationCount struct {
-	LogOddsMilli    int
-	Given, Survived [len(SurvivalHorizons)]int64
+	LogOddsMilli int
+	Judged
 }
 
-// Recalibration is what the planner's recalibration learned, one count per
+// Recalibration is what the learner's recalibration learned, one count per
 // band that holds any: with Survival, what a restart must not forget.
-func (p *Planner) Recalibration() []RecalibrationCount {
+func (a *Learner) Recalibration() []RecalibrationCount {
 	var out []RecalibrationCount
 	for i := range recalBins {
 		c := RecalibrationCount{LogOddsMilli: int(math.Round(recalBinLogit(i) * 1000))}
-		for h, r := range p.avail.recal {
+		for h, r := range a.recal {
 			c.Given[h], c.Survived[h] = int64(math.Round(r.gpus[i])), int64(math.Round(r.survived[i]))
 		}
-		if c.Given != [len(SurvivalHorizons)]int64{} {
+		if c.any() {
 			out = append(out, c)
 		}
 	}
@@ -148,11 +148,11 @@ func (p *Planner) Recalibration() []RecalibrationCount {
 }
 
 // RestoreRecalibration adds counts read back after a restart, published at
-// (zero: unknown), to what the planner learned since, faded for the time
-// between, and fits the curves again. A record with a band the planner does
+// (zero: unknown), to what the learner learned since, faded for the time
+// between, and fits the curves again. A record with a band the learner does
 // not know, a count out of bounds or more survived than given is refused
 // whole, and nothing of it is added.
-func (p *Planner) RestoreRecalibration(counts []RecalibrationCount, at time.Time) error {
+func (a *Learner) RestoreRecalibration(counts []RecalibrationCount, at time.Time) error {
 	bins := make([]int, len(counts))
 	for i, c := range counts {
 		x := float64(c.LogOddsMilli) / 1000
@@ -163,14 +163,13 @@ func (p *Planner) RestoreRecalibration(counts []RecalibrationCount, at time.Time
 		if slices.Contains(bins[:i], bins[i]) {
 			return fmt.Errorf("recalibration record: the band at log-odds %.3f is there twice", x)
 		}
-		if err := checkJudged(c.Given, c.Survived); err != nil {
+		if err := c.check(); err != nil {
 			return fmt.Errorf("recalibration record: at log-odds %.3f %w", x, err)
 		}
 	}
 	if len(counts) == 0 {
 		return nil
 	}
-	a := &p.avail
 	f := a.restoredFading(at)
 	for i, c := range counts {
 		for h := range a.recal {

@@ -1,0 +1,271 @@
+package round
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+)
+
+// Notice is one best-effort pod's warning of its eviction.
+type Notice struct {
+	reclaim.Candidate
+	// At is when the pod is expected to be evicted: the first time a later
+	// round, forecasting as this one does, would need its GPUs within the
+	// reclaim lead. It moves only by whole steps (Config.NoticeMoved): a
+	// time that moved less stays as given, so the pod is told again only
+	// when its notice changed.
+	At time.Time
+	// Node is the node whose GPUs it must give back; Services are those the
+	// node's GPUs are kept for.
+	Node     string
+	Services []string
+}
+
+// Given is a notice as the planner gave it: since when, and for when.
+type Given struct{ Since, At time.Time }
+
+// nearNotice is how far ahead a notice's time falls within the horizon: a
+// later round whose forecast over the reclaim lead needs the pod can be no
+// further off than the horizon less the lead. Times beyond are found coarser,
+// and a pod held to one is held no longer than this (holdNoticed).
+func (c Config) nearNotice() time.Duration { return c.Horizon - c.ReclaimLead }
+
+// noticeStep is how finely the expected eviction times of notices are found
+// within nearNotice: a minute, or a tenth of it when that is shorter (at
+// least a second).
+func (c Config) noticeStep() time.Duration {
+	return max(time.Second, min(time.Minute, c.nearNotice()/10))
+}
+
+// noticeFarStep is how finely they are found beyond the horizon, out to the
+// notice horizon: a time half an hour away needs no minute's precision.
+const noticeFarStep = 5 * time.Minute
+
+// noticeStepAt is the step an expected eviction time d after now is found
+// to, and by which it must move before a given notice's time changes.
+func (c Config) noticeStepAt(d time.Duration) time.Duration {
+	if d <= c.nearNotice() {
+		return c.noticeStep()
+	}
+	return max(c.noticeStep(), noticeFarStep)
+}
+
+// NoticeMoved reports whether a notice's time moved from was to at, as
+// seen at now, by enough to tell the pod again: by the step the time is
+// found to. The round keeps a notice's time that moved less; whoever keeps
+// a notice elsewhere (a pod's annotation) compares by this rule.
+func (c Config) NoticeMoved(was, at, now time.Time) bool {
+	return at.Sub(was).Abs() >= c.withDefaults().noticeStepAt(was.Sub(now))
+}
+
+// leadPlan is a round's headroom over the reclaim lead and its plan.
+type leadPlan struct {
+	headroom []harvest.Headroom
+	plan     harvest.Plan
+}
+
+// warnPlan is the plan over the notice horizon, where it is longer than the
+// horizon: the horizon's plan, but for the nodes whose lent GPUs the forecast
+// over the notice horizon needs more of. Nodes stop lending only at the
+// horizon; their pods are warned earlier.
+func (p *Planner) warnPlan(v *view, horizon harvest.Plan) harvest.Plan {
+	if p.cfg.noticeHorizon() <= p.cfg.Horizon {
+		return horizon
+	}
+	far := v.plan(whatIf{from: v.now, length: p.cfg.noticeHorizon()})
+	var out harvest.Plan
+	for name, np := range far.Nodes {
+		if np.ReclaimGPUs <= horizon.Nodes[name].ReclaimGPUs {
+			continue
+		}
+		if out.Nodes == nil {
+			out = harvest.Plan{Nodes: maps.Clone(horizon.Nodes), HeadroomFor: maps.Clone(horizon.HeadroomFor), Unplaced: horizon.Unplaced}
+			if out.HeadroomFor == nil {
+				out.HeadroomFor = map[string][]string{}
+			}
+		}
+		out.Nodes[name], out.HeadroomFor[name] = np, far.HeadroomFor[name]
+	}
+	if out.Nodes == nil {
+		return horizon
+	}
+	return out
+}
+
+// notices warns the pods the notice horizon's forecast will have evicted
+// from the deferred nodes but this round does not evict. A node's pods are
+// expected to go at the first later round (in steps of noticeStepAt, as far
+// as the notice horizon allows) whose forecast over the reclaim lead needs
+// more of its lent GPUs than this round does; by the notice horizon's end at
+// the latest.
+func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan, deferred []reclaim.Owed) []Notice {
+	now := v.now
+	span := p.cfg.noticeHorizon() - p.cfg.ReclaimLead
+	latest := now.Add(span)
+	at := make(map[string]time.Time, len(deferred))
+	// Each step's plan is of every node (headroom goes where it fits best),
+	// but only the deferred nodes' plans are read: by their place in the nodes.
+	index := make(map[string]int, len(deferred))
+	for _, o := range deferred {
+		index[o.Node] = -1
+	}
+	for i, n := range v.nodes {
+		if _, ok := index[n.Name]; ok {
+			index[n.Name] = i
+		}
+	}
+	// A later forecast that asks for the headroom of one already planned has
+	// the same plan: start from this round's over the lead.
+	later := make([]harvest.NodePlan, len(v.nodes))
+	headroom := lead.headroom
+	for _, o := range deferred {
+		later[index[o.Node]] = lead.plan.Nodes[o.Node]
+	}
+	for step := p.cfg.noticeStep(); len(at) < len(deferred) && step <= span; step += p.cfg.noticeStepAt(step) {
+		h := v.headroom(whatIf{from: now.Add(step), length: p.cfg.ReclaimLead})
+		later, headroom = v.nodePlans(later, headroom, h), h
+		for _, o := range deferred {
+			if _, found := at[o.Node]; found {
+				continue
+			}
+			if harvest.JustInTimeReclaim(warn.Nodes[o.Node], later[index[o.Node]]) > d.Plan.Nodes[o.Node].ReclaimGPUs {
+				at[o.Node] = now.Add(step)
+			}
+		}
+	}
+	evicted := make(map[*v1.Pod]bool, len(d.Victims))
+	for _, vic := range d.Victims {
+		evicted[vic.Pod] = true
+	}
+	var out []Notice
+	noticed := map[*v1.Pod]int{}
+	_, _, _ = reclaim.Take(deferred, d.Candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
+		if evicted[c.Pod] {
+			return nil
+		}
+		when, ok := at[o.Node]
+		if !ok {
+			when = latest
+		}
+		if i, seen := noticed[c.Pod]; seen { // a gang member, through another member's node
+			if when.Before(out[i].At) {
+				out[i].At, out[i].Node, out[i].Services = when, o.Node, warn.HeadroomFor[o.Node]
+			}
+			return nil
+		}
+		noticed[c.Pod] = len(out)
+		out = append(out, Notice{Candidate: c, At: when, Node: o.Node, Services: warn.HeadroomFor[o.Node]})
+		return nil
+	})
+	// A time that moved by less than the step it is found to stays as given:
+	// what the pod was told is what holds it (holdNoticed).
+	for i := range out {
+		if g, ok := p.given[out[i].Pod.UID]; ok && !p.cfg.NoticeMoved(g.At, out[i].At, now) {
+			out[i].At = g.At
+		}
+	}
+	return out
+}
+
+// holdNoticed keeps this round from evicting a pod before the time its notice
+// gave, unless inference already needs its node's GPUs (the node owes GPUs
+// to the load now, not only to the forecast over the lead): the node owes
+// that much less for now, and the victims are chosen again without the pod.
+// A time given beyond the horizon is pulled in to the horizon's span.
+// Gang members are not held (a rigid gang goes whole; an elastic one counts
+// every running member toward its quorum). It returns the held pods'
+// notices, which stand.
+func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
+	if len(p.given) == 0 {
+		return nil
+	}
+	var urgent map[string]bool
+	var held []Notice
+	for {
+		var hold []reclaim.Candidate
+		for _, vic := range d.Victims {
+			g, ok := p.given[vic.Pod.UID]
+			if !ok || !g.At.After(v.now) || vic.Pod.Labels[api.LabelPodGroup] != "" {
+				continue
+			}
+			if urgent == nil {
+				urgent = owingToLoadNow(v)
+			}
+			if !urgent[vic.Pod.Spec.NodeName] {
+				hold = append(hold, vic)
+			}
+		}
+		if len(hold) == 0 {
+			return held
+		}
+		out := map[*v1.Pod]bool{}
+		// A notice given beyond the horizon holds its pod, once the lead needs
+		// it, no longer than one given within the horizon could: its time is
+		// pulled in, and the pod told so.
+		limit := v.now.Add(p.cfg.nearNotice())
+		for _, h := range hold {
+			out[h.Pod] = true
+			at := p.given[h.Pod.UID].At
+			if at.After(limit) {
+				at = limit
+			}
+			held = append(held, Notice{Candidate: h, At: at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
+			for i := range d.Reclaims {
+				if d.Reclaims[i].Node == h.Pod.Spec.NodeName {
+					d.Reclaims[i].GPUs -= h.GPUs
+				}
+			}
+		}
+		d.Reclaims = slices.DeleteFunc(d.Reclaims, func(o reclaim.Owed) bool { return o.GPUs <= 0 })
+		d.Candidates = slices.DeleteFunc(slices.Clone(d.Candidates), func(c reclaim.Candidate) bool { return out[c.Pod] })
+		d.Victims = victims(d.Reclaims, d.Candidates)
+	}
+}
+
+// owingToLoadNow names the nodes that owe lent GPUs to what the services need
+// for their load now, forecast aside: inference is already waiting there.
+func owingToLoadNow(v *view) map[string]bool {
+	out := map[string]bool{}
+	for name, np := range v.plan(whatIf{kind: loadNow}).Nodes {
+		if np.ReclaimGPUs > 0 {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// markPrepared marks the candidates that checkpointed after this planner
+// noticed them: victims are chosen among them first.
+func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
+	for i := range candidates {
+		c := &candidates[i]
+		if g, ok := p.given[c.Pod.UID]; ok {
+			if t, ok := api.LastCheckpoint(c.Pod); ok && !t.Before(g.Since) {
+				c.Prepared = true
+			}
+		}
+	}
+}
+
+// remember keeps this round's notices, each since when it was first given.
+func (p *Planner) remember(now time.Time, notices []Notice) {
+	if len(notices) == 0 && len(p.given) == 0 {
+		return
+	}
+	next := make(map[types.UID]Given, len(notices))
+	for _, n := range notices {
+		since := now
+		if g, ok := p.given[n.Pod.UID]; ok {
+			since = g.Since
+		}
+		next[n.Pod.UID] = Given{At: n.At, Since: since}
+	}
+	p.given = next
+}
