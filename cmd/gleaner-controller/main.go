@@ -272,7 +272,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if f.schedulerConfig != "" {
-		if err := checkSchedulerConfig(ctx, client, f.schedulerConfig, bestEffort); err != nil {
+		if err := checkSchedulerConfig(ctx, client, f.schedulerConfig, bestEffort, f.cfg.MaxReclaimGrace); err != nil {
 			return err
 		}
 	}
@@ -344,7 +344,7 @@ func validateMetricsFlags(o vllm.Options) error {
 // ref (NAMESPACE/NAME) and fails unless it agrees with want: a scheduler and a
 // controller that disagree about which pods are best-effort, or which resource
 // they borrow, would lend GPUs the controller never takes back.
-func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref string, want pluginargs.BestEffort) error {
+func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref string, want pluginargs.BestEffort, maxGrace time.Duration) error {
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok || ns == "" || name == "" {
 		return fmt.Errorf("--scheduler-config %q: want NAMESPACE/NAME of a ConfigMap", ref)
@@ -357,11 +357,11 @@ func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref 
 	if !ok {
 		return fmt.Errorf("--scheduler-config: ConfigMap %s has no key config.yaml", ref)
 	}
-	if err := pluginargs.CheckProfiles([]byte(config), want); err != nil {
-		return fmt.Errorf("gleaner-scheduler's profile (ConfigMap %s) disagrees with --best-effort-priority-threshold=%d --gpu-resource=%s; set both from one value (the chart's bestEffortPriorityThreshold and gpuResourceName): %w",
-			ref, want.Threshold(), want.Resource(), err)
+	if err := pluginargs.CheckProfiles([]byte(config), want, maxGrace); err != nil {
+		return fmt.Errorf("gleaner-scheduler's profile (ConfigMap %s) disagrees with --best-effort-priority-threshold=%d --gpu-resource=%s --max-reclaim-grace=%v; set both from one value (the chart's bestEffortPriorityThreshold, gpuResourceName and maxReclaimGraceSeconds): %w",
+			ref, want.Threshold(), want.Resource(), maxGrace, err)
 	}
-	klog.InfoS("gleaner-scheduler's profile agrees with this controller", "configMap", ref, "bestEffortPriorityThreshold", want.Threshold(), "gpuResource", want.Resource())
+	klog.InfoS("gleaner-scheduler's profile agrees with this controller", "configMap", ref, "bestEffortPriorityThreshold", want.Threshold(), "gpuResource", want.Resource(), "maxReclaimGrace", maxGrace)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
@@ -264,7 +265,7 @@ func TestOneValueForSettingsThatMustAgree(t *testing.T) {
 	}
 	config, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
 	threshold := int32(100)
-	if err := pluginargs.CheckProfiles([]byte(config), pluginargs.BestEffort{BestEffortPriorityThreshold: &threshold, GPUResourceName: "amd.com/gpu"}); err != nil {
+	if err := pluginargs.CheckProfiles([]byte(config), pluginargs.BestEffort{BestEffortPriorityThreshold: &threshold, GPUResourceName: "amd.com/gpu"}, 300*time.Second); err != nil {
 		t.Errorf("the scheduler's profile: %v", err)
 	}
 	for _, w := range []string{"maxGraceSeconds: 300", "heartbeatTimeoutSeconds: 45"} {

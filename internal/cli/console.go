@@ -492,22 +492,22 @@ func chartSVG(st v1alpha1.GPUPoolStatus, now time.Time) template.HTML {
 		fmt.Fprintf(&b, `<polygon class="band" points="%s"><title>lendable GPUs, forecast (cautious to expected)</title></polygon>`, strings.Join(append(upper, lower...), " "))
 		var inf []string
 		for _, p := range st.Outlook {
-			inf = append(inf, fmt.Sprintf("%.1f,%.1f", x(p.Time.Time), y(p.Inference)), fmt.Sprintf("%.1f,%.1f", x(p.Time.Add(time.Hour)), y(p.Inference)))
+			inf = append(inf, fmt.Sprintf("%.1f,%.1f", x(p.Time.Time), y(p.Serving)), fmt.Sprintf("%.1f,%.1f", x(p.Time.Add(time.Hour)), y(p.Serving)))
 		}
-		fmt.Fprintf(&b, `<polyline class="inference forecast" points="%s"><title>inference GPUs, expected</title></polyline>`, strings.Join(inf, " "))
+		fmt.Fprintf(&b, `<polyline class="serving forecast" points="%s"><title>serving GPUs, expected</title></polyline>`, strings.Join(inf, " "))
 	}
 	for _, series := range []struct {
 		class, title string
 		of           func(v1alpha1.PoolSample) int64
 	}{
-		{"inference", "inference GPUs", func(s v1alpha1.PoolSample) int64 { return s.Inference }},
+		{"serving", "serving GPUs", func(s v1alpha1.PoolSample) int64 { return s.Serving }},
 		{"lent", "lent GPUs", func(s v1alpha1.PoolSample) int64 { return s.Lent }},
 	} {
 		var pts []string
 		for _, s := range st.History {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s.Time.Time), y(series.of(s))))
 		}
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(now), y(series.of(v1alpha1.PoolSample{Inference: st.GPUs.Serving, Lent: st.GPUs.Lent}))))
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(now), y(series.of(v1alpha1.PoolSample{Serving: st.GPUs.Serving, Lent: st.GPUs.Lent}))))
 		fmt.Fprintf(&b, `<polyline class="%s" points="%s"><title>%s</title></polyline>`, series.class, strings.Join(pts, " "), series.title)
 	}
 	b.WriteString(`</svg>`)

@@ -37,8 +37,8 @@ func TestConsoleRenders(t *testing.T) {
 	pool := &v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: "gleaner.dev/v1alpha1", Kind: "GPUPool"}, ObjectMeta: metav1.ObjectMeta{Name: "inference"},
 		Status: v1alpha1.GPUPoolStatus{ObservedTime: metav1.NewTime(now), Planning: true, GPUs: v1alpha1.GPUCounts{Total: 8, Serving: 4, Lent: 3, Idle: 1},
 			NodeStates: []v1alpha1.NodeState{{Name: "gpu-a", Verdict: "open", GPUCounts: v1alpha1.GPUCounts{Total: 8, Serving: 4, Lent: 3, Idle: 1}}},
-			History:    []v1alpha1.PoolSample{{Time: metav1.NewTime(now.Add(-time.Hour)), Inference: 4, Lent: 2}},
-			Outlook:    []v1alpha1.OutlookPoint{{Time: metav1.NewTime(now), Inference: 4, LendableLow: 2, LendableHigh: 4}}}}
+			History:    []v1alpha1.PoolSample{{Time: metav1.NewTime(now.Add(-time.Hour)), Serving: 4, Lent: 2}},
+			Outlook:    []v1alpha1.OutlookPoint{{Time: metav1.NewTime(now), Serving: 4, LendableLow: 2, LendableHigh: 4}}}}
 	report := &v1alpha1.HarvestReport{TypeMeta: metav1.TypeMeta{APIVersion: "gleaner.dev/v1alpha1", Kind: "HarvestReport"},
 		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HarvestReportName, Namespace: "research"},
 		Status: v1alpha1.HarvestReportStatus{HarvestedGPUHours: "1.00", Jobs: []v1alpha1.Job{{Kind: "Pod", Name: "x", State: v1alpha1.JobRunning, GPUs: 3,

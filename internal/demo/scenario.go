@@ -539,7 +539,7 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 func (s *scenario) followNotice(j *job, pods []*v1.Pod, now time.Time) {
 	var at time.Time
 	for _, p := range pods {
-		if t, err := time.Parse(time.RFC3339, p.Annotations[api.AnnotationReclaimNotice]); err == nil && (at.IsZero() || t.Before(at)) {
+		if t, ok := api.ReclaimNotice(p); ok && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
 	}
@@ -568,7 +568,7 @@ func (s *scenario) dueForNotice(j *job, now time.Time) bool {
 // annotateCheckpoint records the checkpoint on the pods, where the reclaimer
 // reads it to evict the job that loses least work.
 func (s *scenario) annotateCheckpoint(ctx context.Context, j *job, now time.Time) {
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, api.AnnotationLastCheckpoint, now.UTC().Format(time.RFC3339))
+	patch := api.LastCheckpointPatch(now)
 	for _, name := range j.podNames {
 		_, _ = s.c.client.CoreV1().Pods(researchNS).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}

@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -67,15 +66,7 @@ func PodAnnotatorFromEnv(kubeconfig string) (*PodAnnotator, error) {
 // Record sets the annotation to t in RFC 3339 (UTC, whole seconds, the form
 // the reclaimer parses). A merge patch touches only this annotation.
 func (a *PodAnnotator) Record(ctx context.Context, t time.Time) error {
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"annotations": map[string]string{api.AnnotationLastCheckpoint: t.UTC().Format(time.RFC3339)},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	_, err = a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gleaner-checkpoint"})
+	_, err := a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.name, types.MergePatchType, api.LastCheckpointPatch(t), metav1.PatchOptions{FieldManager: "gleaner-checkpoint"})
 	if err != nil {
 		return fmt.Errorf("annotating pod %s/%s with %s (the pod's service account needs 'patch' on pods): %w",
 			a.namespace, a.name, api.AnnotationLastCheckpoint, err)

@@ -40,7 +40,7 @@ func ReadNotice(path string) (time.Time, bool, error) {
 		if err != nil {
 			return time.Time{}, false, fmt.Errorf("%s: %s is not a quoted string: %q", path, key, quoted)
 		}
-		at, err := time.Parse(time.RFC3339, value)
+		at, err := api.ParseTime(value)
 		if err != nil {
 			return time.Time{}, false, fmt.Errorf("%s: %s: %w", path, key, err)
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/ledger"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim/evict"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
@@ -195,7 +196,7 @@ type Controller struct {
 	podGroups pglisters.PodGroupLister
 	pgFactory pginformers.SharedInformerFactory
 	load      loadSource
-	evictor   *reclaim.Evictor
+	evictor   *evict.Evictor
 	broadcast record.EventBroadcaster
 	recorder  record.EventRecorder
 	planner   *round.Planner
@@ -267,7 +268,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		synced: []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced,
 			namespaces.Informer().HasSynced},
 		load:      load,
-		evictor:   &reclaim.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace, PDBWait: cfg.PDBWait, Clock: cfg.Clock},
+		evictor:   &evict.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace, PDBWait: cfg.PDBWait, Clock: cfg.Clock},
 		broadcast: broadcast,
 		recorder:  recorder,
 		planner:   round.New(cfg.Policy),
@@ -465,7 +466,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			}
 			bestEffort = append(bestEffort, p)
 		} else {
-			n.ReservedGPUs += gpus
+			n.ServingGPUs += gpus
 		}
 		if api.IsInference(p) {
 			n.HostsInference = true
@@ -480,7 +481,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
 			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace, &c.terminations)
-			cand.Quorum = reclaim.Quorum(c.podGroups, p.Namespace, p.Labels[api.LabelPodGroup])
+			cand.Quorum = evict.Quorum(c.podGroups, p.Namespace, p.Labels[api.LabelPodGroup])
 			out = append(out, cand)
 		}
 		return out
@@ -518,7 +519,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
-				if reclaim.RefusedByBudget(err) {
+				if evict.RefusedByBudget(err) {
 					evictionsTotal.WithLabelValues("blocked").Inc()
 				} else {
 					evictionsTotal.WithLabelValues("error").Inc()
@@ -643,7 +644,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		serviceLoad.WithLabelValues(ns, name).Set(s.Need.Load)
 		serviceReplicas.WithLabelValues(ns, name, "current").Set(float64(s.Need.Current))
 		serviceReplicas.WithLabelValues(ns, name, "needed").Set(float64(s.Need.Needed))
-		serviceHeadroom.WithLabelValues(ns, name).Set(float64(int64(s.Need.Spare) * s.Need.GPUsPerReplica))
+		serviceHeadroom.WithLabelValues(ns, name).Set(float64(int64(s.Need.HeadroomReplicas) * s.Need.GPUsPerReplica))
 		seen[s.Key] = true
 	}
 	for key := range c.services {
@@ -664,12 +665,12 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 			continue
 		}
 		np := plan.Nodes[n.Name]
-		serving += n.ReservedGPUs
+		serving += n.ServingGPUs
 		lent += n.LentGPUs + n.StuckGPUs
 		stuck += n.StuckGPUs
 		headroom += np.HeadroomGPUs
 		harvestable += np.HarvestableGPUs
-		idle += max(0, n.AllocatableGPUs-n.ReservedGPUs-n.LentGPUs-n.StuckGPUs)
+		idle += max(0, n.AllocatableGPUs-n.ServingGPUs-n.LentGPUs-n.StuckGPUs)
 		states[np.State]++
 		// Reclaim latency runs while the node owes GPUs back: a node that only
 		// stopped lending (JustInTime defers its evictions) costs inference nothing yet.

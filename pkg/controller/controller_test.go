@@ -126,14 +126,20 @@ func (tc *testCluster) set(t *testing.T, objs ...runtime.Object) {
 		switch obj := o.(type) {
 		case *v1.Node:
 			if cur, err := tc.client.CoreV1().Nodes().Get(context.Background(), obj.Name, metav1.GetOptions{}); err == nil {
-				if v, err := harvest.ReadNode(cur); err == nil && cur.Labels[api.LabelHarvest] != "" {
-					v.SetOn(obj)
-				}
-				if a, ok := cur.Annotations[api.AnnotationAvailability]; ok {
-					if obj.Annotations == nil {
-						obj.Annotations = map[string]string{}
+				// Keep what the controller published on the node.
+				if state, ok := cur.Labels[api.LabelHarvest]; ok {
+					if obj.Labels == nil {
+						obj.Labels = map[string]string{}
 					}
-					obj.Annotations[api.AnnotationAvailability] = a
+					obj.Labels[api.LabelHarvest] = state
+				}
+				for _, key := range []string{api.AnnotationHarvestableGPUs, api.AnnotationAvailability} {
+					if a, ok := cur.Annotations[key]; ok {
+						if obj.Annotations == nil {
+							obj.Annotations = map[string]string{}
+						}
+						obj.Annotations[key] = a
+					}
 				}
 				if err := tracker.Update(gvrs["nodes"], obj, ""); err != nil {
 					t.Fatal(err)
@@ -490,7 +496,7 @@ func TestPendingAndNeverReadyReplicasKeepRoom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tc.c.planner.Plan(o.Observation).Services[0].Need.Spare
+		return tc.c.planner.Plan(o.Observation).Services[0].Need.HeadroomReplicas
 	}
 	if spare := need(t0.Add(5 * time.Minute)); spare != 0 {
 		t.Fatalf("5 minutes after creation: spare %d, want 0 (still starting)", spare)

@@ -120,7 +120,7 @@ func clusterOf(s step, cfg simulate.Config) ([]runtime.Object, []vllm.PodLoad) {
 	var objs []runtime.Object
 	for _, n := range s.nodes {
 		objs = append(objs, testobj.Node(n.Name, n.AllocatableGPUs))
-		for k := int64(0); k < n.ReservedGPUs/cfg.GPUsPerReplica; k++ {
+		for k := int64(0); k < n.ServingGPUs/cfg.GPUsPerReplica; k++ {
 			objs = append(objs, testobj.Inference("sim", fmt.Sprintf("%s-replica-%d", n.Name, k), "any", n.Name, cfg.GPUsPerReplica))
 		}
 	}

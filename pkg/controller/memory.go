@@ -56,7 +56,7 @@ func judged(c v1alpha1.JudgedCounts) availability.Judged {
 func outlookOf(points []round.OutlookPoint) []v1alpha1.OutlookPoint {
 	out := make([]v1alpha1.OutlookPoint, 0, len(points))
 	for _, p := range points {
-		out = append(out, v1alpha1.OutlookPoint{Time: metav1.NewTime(p.Time), Inference: p.InferenceGPUs, LendableLow: p.LendableLow, LendableHigh: p.LendableHigh})
+		out = append(out, v1alpha1.OutlookPoint{Time: metav1.NewTime(p.Time), Serving: p.ServingGPUs, LendableLow: p.LendableLow, LendableHigh: p.LendableHigh})
 	}
 	return out
 }

@@ -50,7 +50,7 @@ func TestRestoreTakesBackTheSurvivalRecord(t *testing.T) {
 			pool := v1alpha1.GPUPool{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.Group + "/" + v1alpha1.Version, Kind: "GPUPool"},
 				ObjectMeta: metav1.ObjectMeta{Name: "inference"},
 				Status: v1alpha1.GPUPoolStatus{SurvivalByLoad: tt.record, Recalibration: tt.recal, PoolProfile: tt.pool,
-					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Inference: 4, Lent: 2}}}}
+					History: []v1alpha1.PoolSample{{Time: metav1.NewTime(time.Now().Add(-time.Hour)), Serving: 4, Lent: 2}}}}
 			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pool)
 			if err != nil {
 				t.Fatal(err)

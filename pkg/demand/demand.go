@@ -77,9 +77,9 @@ type Need struct {
 	Current        int
 	Needed         int
 	GPUsPerReplica int64
-	// Spare replicas to keep room for: max(0, Needed - Current).
-	Spare  int
-	Reason string
+	// HeadroomReplicas are the replicas to keep room for: max(0, Needed - Current).
+	HeadroomReplicas int
+	Reason           string
 	// Load is the summed load of the replicas with fresh metrics.
 	Load float64
 	// Complete: every replica that serves has fresh metrics, so Load is the
@@ -242,7 +242,7 @@ func (o Observed) Need(forecastLoad, margin float64) Need {
 	needed, reason := o.needed(forecastLoad, margin)
 	n := Need{Service: o.Service, Current: o.Current, Needed: o.bound(needed), GPUsPerReplica: o.GPUsPerReplica,
 		Load: o.Load, Complete: o.Complete, Target: o.Target}
-	n.Spare = max(0, n.Needed-n.Current)
+	n.HeadroomReplicas = max(0, n.Needed-n.Current)
 	switch reason {
 	case pendingReplicas:
 		n.Reason = fmt.Sprintf("%d replicas are pending", o.Pending)

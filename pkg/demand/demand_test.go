@@ -124,14 +124,14 @@ func TestAssess(t *testing.T) {
 			if got.Needed != tt.wantNeeded {
 				t.Errorf("Needed = %d, want %d", got.Needed, tt.wantNeeded)
 			}
-			if got.Spare != tt.wantSpare {
-				t.Errorf("Spare = %d, want %d", got.Spare, tt.wantSpare)
+			if got.HeadroomReplicas != tt.wantSpare {
+				t.Errorf("Spare = %d, want %d", got.HeadroomReplicas, tt.wantSpare)
 			}
 			if got.GPUsPerReplica != tt.wantGPUs {
 				t.Errorf("GPUsPerReplica = %d, want %d", got.GPUsPerReplica, tt.wantGPUs)
 			}
-			if (got.Reason != "") != (got.Spare > 0) {
-				t.Errorf("Reason = %q with Spare = %d: want a reason exactly when Spare > 0", got.Reason, got.Spare)
+			if (got.Reason != "") != (got.HeadroomReplicas > 0) {
+				t.Errorf("Reason = %q with Spare = %d: want a reason exactly when Spare > 0", got.Reason, got.HeadroomReplicas)
 			}
 		})
 	}
@@ -151,8 +151,8 @@ func TestAssessBoundsExtremeLoads(t *testing.T) {
 				if maxReplicas > 0 {
 					limit = maxReplicas
 				}
-				if n.Needed < 0 || n.Needed > max(limit, n.Current) || n.Spare < 0 || n.Spare > n.Needed {
-					t.Fatalf("running %g, forecast %g, max %d: needed %d spare %d", running, forecast, maxReplicas, n.Needed, n.Spare)
+				if n.Needed < 0 || n.Needed > max(limit, n.Current) || n.HeadroomReplicas < 0 || n.HeadroomReplicas > n.Needed {
+					t.Fatalf("running %g, forecast %g, max %d: needed %d spare %d", running, forecast, maxReplicas, n.Needed, n.HeadroomReplicas)
 				}
 				if math.IsNaN(n.Load) || math.IsInf(n.Load, 0) || n.Load < 0 {
 					t.Fatalf("running %g: load %g", running, n.Load)

@@ -81,8 +81,8 @@ func TestForecastFromDiurnalHistory(t *testing.T) {
 		need := Assess(Service{Name: "chat", TargetLoad: 16, Replicas: []Replica{one}, ForecastLoad: f.Planned(0.1), Margin: 0.1})
 		// ceil(max(58 x 1.1, 119.47) / 16) = 8 replicas: one runs, the rest is
 		// headroom; with the margin on the profile's peak too it would be 9.
-		if need.Spare != 7 {
-			t.Fatalf("spare replicas = %d (%s), want 7", need.Spare, need.Reason)
+		if need.HeadroomReplicas != 7 {
+			t.Fatalf("spare replicas = %d (%s), want 7", need.HeadroomReplicas, need.Reason)
 		}
 	})
 }

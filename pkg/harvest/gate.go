@@ -114,25 +114,20 @@ const DefaultBackoffLimit = 16
 // so a node opens only once its capacity has been spare for its open-after, and
 // starts draining in the same round headroom needs it.
 //
-// Flap damping: a node that has just had to drain, that is whose harvestable
-// GPUs fell below the GPUs lent there so that it has to take them back, waits
-// longer before it opens again, the way CrashLoopBackOff damps a crashing container.
-// Each drain doubles the node's open-after, up to BackoffLimit times OpenAfter:
+// Flap damping, as CrashLoopBackOff damps a crashing container: each drain
+// (lent GPUs taken back) doubles the node's open-after, and each RelaxAfter
+// times its open-after without one forgets a doubling:
 //
 //	openAfter(node) = min(OpenAfter * 2^drains(node), OpenAfter * BackoffLimit)
 //
-// and every time the node goes RelaxAfter times its current open-after without
-// another drain, one doubling is forgotten (drains(node) decreases by one). A
-// node whose spare GPUs are lent and left alone (the night) keeps the short
-// OpenAfter; one that lends GPUs only to take them back minutes later (inference
-// scaling in and out around it) soon lends them only after a longer quiet spell,
-// which is what saves the evicted jobs' work. BackoffLimit 0 or 1 switches the
-// damping off.
+// A node left alone (the night) keeps the short OpenAfter; one that lends
+// GPUs only to take them back minutes later soon lends only after a longer
+// quiet spell, which saves the evicted jobs' work. BackoffLimit 0 or 1
+// switches the damping off.
 //
-// A Gate keeps a short history per node; it is pure state, driven by the
-// caller's clock. A restart forgets it: every node then starts without drains,
-// except that one found draining (lending more than it publishes) counts one
-// drain just now.
+// A Gate is pure state, driven by the caller's clock. A restart forgets it:
+// every node then starts without drains, except that one found draining
+// (lending more than it publishes) counts one drain just now.
 type Gate struct {
 	OpenAfter time.Duration
 	// BackoffLimit caps a node's open-after at this multiple of OpenAfter
@@ -202,7 +197,7 @@ func (g *Gate) Apply(now time.Time, nodes []Node, plan Plan, published map[strin
 	for _, n := range nodes {
 		seen[n.Name] = true
 		np := plan.Nodes[n.Name]
-		if !n.InPool || !n.Schedulable || n.AllocatableGPUs-n.ReservedGPUs-n.StuckGPUs < 0 {
+		if !n.InPool || !n.Schedulable || n.AllocatableGPUs-n.ServingGPUs-n.StuckGPUs < 0 {
 			// Closed for reasons of its own: when it comes back it waits OpenAfter again.
 			delete(g.nodes, n.Name)
 			out.Nodes[n.Name] = np

@@ -184,9 +184,9 @@ func TestGateOutsideWindowsDrains(t *testing.T) {
 // node is lent whole.
 func TestPlanFragmentedNodes(t *testing.T) {
 	nodes := []Node{
-		{Name: "frag-1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 5, HostsInference: true}, // 3 free
-		{Name: "frag-2", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 5, HostsInference: true}, // 3 free
-		{Name: "host", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},   // 4 free
+		{Name: "frag-1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 5, HostsInference: true}, // 3 free
+		{Name: "frag-2", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 5, HostsInference: true}, // 3 free
+		{Name: "host", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},   // 4 free
 		{Name: "idle", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
 	plan := MakePlan(nodes, []Headroom{{Service: "chat", GPUsPerReplica: 4, Replicas: 2}})

@@ -82,19 +82,6 @@ func (v Verdict) PublishedOn(node *v1.Node) bool {
 		node.Annotations[api.AnnotationHarvestableGPUs] == strconv.FormatInt(v.HarvestableGPUs, 10)
 }
 
-// SetOn writes the verdict into a Node object, as MergePatch would on the
-// server (for objects built before they are created, e.g. in tests and benchmarks).
-func (v Verdict) SetOn(node *v1.Node) {
-	if node.Labels == nil {
-		node.Labels = map[string]string{}
-	}
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Labels[api.LabelHarvest] = string(v.State)
-	node.Annotations[api.AnnotationHarvestableGPUs] = strconv.FormatInt(v.HarvestableGPUs, 10)
-}
-
 // MergePatch is the JSON merge patch that publishes the verdict on a Node.
 func (v Verdict) MergePatch() []byte {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{

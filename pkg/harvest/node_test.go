@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -242,13 +243,26 @@ func TestVerdictFit(t *testing.T) {
 	}
 }
 
-func TestSetOnReadsBack(t *testing.T) {
+// A verdict published with its merge patch, as the API server applies it
+// (a strategic merge of a plain merge patch: the same for labels and annotations),
+// reads back as itself.
+func TestMergePatchReadsBack(t *testing.T) {
 	for _, v := range []Verdict{{State: api.HarvestOpen, HarvestableGPUs: 6}, {State: api.HarvestDraining, HarvestableGPUs: 2}, Closed} {
+		original, err := json.Marshal(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": "a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patched, err := strategicpatch.StrategicMergePatch(original, v.MergePatch(), v1.Node{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		n := &v1.Node{}
-		v.SetOn(n)
+		if err := json.Unmarshal(patched, n); err != nil {
+			t.Fatal(err)
+		}
 		got, err := ReadNode(n)
-		if err != nil || got != v || !v.PublishedOn(n) {
-			t.Errorf("SetOn(%+v): read back %+v, %v", v, got, err)
+		if err != nil || got != v || !v.PublishedOn(n) || n.Labels["zone"] != "a" {
+			t.Errorf("%+v published: read back %+v, %v; labels %v", v, got, err, n.Labels)
 		}
 	}
 }

@@ -1,15 +1,12 @@
 package reclaim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -204,33 +201,6 @@ func TestUnitsSkipTerminatingAndGroupByNamespace(t *testing.T) {
 	units := Units([]Candidate{a, b, other})
 	if len(units) != 2 || len(units[0].Members) != 1 || len(units[1].Members) != 1 {
 		t.Fatalf("units %+v: want two one-member gangs (the terminating member left out, namespaces apart)", unitKeys(units))
-	}
-}
-
-func TestTakeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
-	cands := []Candidate{
-		member("blocked", "n1", "", 4, time.Minute),    // cheapest, but a PDB refuses
-		member("g-0", "n1", "train", 2, 3*time.Minute), // gang: 2 x 2 x 180 = 720
-		member("g-1", "n2", "train", 2, 3*time.Minute),
-		member("pricey", "n1", "", 4, time.Hour),
-	}
-	var pods []*v1.Pod
-	for _, c := range cands {
-		pods = append(pods, c.Pod)
-	}
-	c := newCluster(t, pods, []string{"blocked"}, nil)
-	evicted, stillOwed, errs := Take([]Owed{{Node: "n1", GPUs: 2, Why: "test"}}, cands, func(m Candidate, o Owed) error {
-		return c.evictor.Evict(context.Background(), m.Pod, o.Why)
-	})
-	owed := int64(len(stillOwed))
-	if got, want := c.evictions(t), []string{"ml/blocked", "ml/g-0", "ml/g-1"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("evictions %v, want %v: after the refusal the whole gang, not the pricey pod", got, want)
-	}
-	if owed != 0 || len(evicted) != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "refused") {
-		t.Fatalf("evicted %v, owed %d, errs %v", names(evicted), owed, errs)
-	}
-	if !reflect.DeepEqual(c.recorder.on, []string{"ml/blocked " + ReasonReclaimBlocked, "ml/g-0 " + ReasonReclaimed, "ml/g-1 " + ReasonReclaimed}) {
-		t.Fatalf("events %v", c.recorder.on)
 	}
 }
 

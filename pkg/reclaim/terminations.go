@@ -88,7 +88,13 @@ func (t *Terminations) AskedToStop(pod *v1.Pod) time.Time {
 	return AskedToStop(pod)
 }
 
-// Returning is Returning with the pod asked to stop when t says.
+// Returning reports whether a terminating pod's GPUs are on their way back at
+// now: it was asked to stop (when t says; a nil t takes the API server's
+// word) less than its grace period, capped at maxGrace, ago, plus a few
+// seconds to be killed. A pod terminating longer (a grace period of an hour
+// granted by someone else, a finalizer that never clears, a node that
+// stopped answering) is not: its GPUs are owed, and other pods must give them
+// back. A pod that is not terminating is not returning either.
 func (t *Terminations) Returning(pod *v1.Pod, now time.Time, maxGrace time.Duration) bool {
 	if pod.DeletionTimestamp == nil {
 		return false

@@ -47,7 +47,7 @@ func TestTerminationsOnTheObserversClock(t *testing.T) {
 		if got := terms.Returning(p, tt.at, DefaultMaxGrace); got != tt.want {
 			t.Errorf("%s: Returning = %v, want %v", tt.name, got, tt.want)
 		}
-		if got := Returning(p, tt.at, DefaultMaxGrace); got != tt.says {
+		if got := (*Terminations)(nil).Returning(p, tt.at, DefaultMaxGrace); got != tt.says {
 			t.Errorf("%s: by the API server's word, Returning = %v, want %v", tt.name, got, tt.says)
 		}
 		if got := NewCandidate(p, "nvidia.com/gpu", tt.at, DefaultMaxGrace, &terms).Overdue; got == tt.want {
@@ -81,5 +81,32 @@ func TestTerminationsAskedAgainWithAShorterGrace(t *testing.T) {
 	terms.Forget(func(types.UID) bool { return false })
 	if got := terms.AskedToStop(second); !got.Equal(now.Add(100 * time.Second)) {
 		t.Errorf("forgotten: asked at %v, want the API server's word", got)
+	}
+}
+
+// Without an observer of its own, a terminating pod's GPUs return within
+// its grace period, capped, on the API server's word.
+func TestReturningOnTheAPIServersWord(t *testing.T) {
+	deleting := func(askedAgo, grace time.Duration) *v1.Pod {
+		p := pod("job", now.Add(-time.Hour), "")
+		p.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-askedAgo).Add(grace)))
+		p.DeletionGracePeriodSeconds = ptr.To(int64(grace / time.Second))
+		return p
+	}
+	for _, tt := range []struct {
+		name string
+		pod  *v1.Pod
+		want bool
+	}{
+		{"not terminating", pod("job", now, ""), false},
+		{"within its grace period", deleting(20*time.Second, 30*time.Second), true},
+		{"just past it, still being killed", deleting(33*time.Second, 30*time.Second), true},
+		{"stuck past its grace period (a finalizer)", deleting(10*time.Minute, 30*time.Second), false},
+		{"an hour's grace, asked 2 minutes ago: within the cap", deleting(110*time.Second, time.Hour), true},
+		{"an hour's grace, asked 3 minutes ago: past the cap, owed", deleting(3*time.Minute, time.Hour), false},
+	} {
+		if got := (*Terminations)(nil).Returning(tt.pod, now, DefaultMaxGrace); got != tt.want {
+			t.Errorf("%s: Returning = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -1,16 +1,26 @@
-// Package reclaim takes lent GPUs back from best-effort pods. Choosing victims
-// is pure; evicting them goes through the Eviction API so each pod's grace period
-// (its time to checkpoint) applies.
+// Package reclaim chooses which best-effort pods give lent GPUs back, and
+// when a terminating pod's GPUs count as returning. It is pure: plain values
+// and times in. Evicting them through the Eviction API, so each pod's grace
+// period (its time to checkpoint) applies, is pkg/reclaim/evict's.
 package reclaim
 
 import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
+
+// ReasonReclaimed is the Event reason on an evicted best-effort pod.
+const ReasonReclaimed = "GleanerReclaimed"
+
+// ReasonReclaimBlocked is the Event reason when an eviction was refused (e.g. by a PodDisruptionBudget).
+const ReasonReclaimBlocked = "GleanerReclaimBlocked"
+
+// ReasonReclaimForced is the Event reason when a pod whose evictions were
+// refused for longer than the wait is deleted without the PDB check.
+const ReasonReclaimForced = "GleanerReclaimForced"
 
 // Candidate is a best-effort pod that could be evicted.
 type Candidate struct {
@@ -19,7 +29,7 @@ type Candidate struct {
 	// LostWork in GPU-seconds if evicted now.
 	LostWork float64
 	// Overdue: the pod is terminating past its capped grace period (see
-	// Returning). Its GPUs are owed, not on their way back.
+	// Terminations.Returning). Its GPUs are owed, not on their way back.
 	Overdue bool
 	// Prepared: the pod checkpointed after it was given a reclaim notice, so
 	// evicting it now loses (almost) nothing it was warned about. Victims are
@@ -55,18 +65,6 @@ func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 	return min(Grace(pod), maxGrace)
 }
 
-// Returning reports whether a terminating pod's GPUs are on their way back at
-// now: it was asked to stop less than its grace period, capped at maxGrace,
-// ago (plus a few seconds to be killed). A pod terminating longer (a grace
-// period of an hour granted by someone else, a finalizer that never clears, a
-// node that stopped answering) is not: its GPUs are owed, and other pods must
-// give them back. A pod that is not terminating is not returning either. When
-// it was asked is the API server's word (AskedToStop), on the API server's
-// clock: an observer with a clock of its own uses Terminations.
-func Returning(pod *v1.Pod, now time.Time, maxGrace time.Duration) bool {
-	return (*Terminations)(nil).Returning(pod, now, maxGrace)
-}
-
 // AskedToStop is when the API server says a terminating pod was asked to
 // stop: its DeletionTimestamp less the grace period granted.
 func AskedToStop(pod *v1.Pod) time.Time {
@@ -91,24 +89,13 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 		return 0
 	}
 	since := pod.Status.StartTime.Time
-	if t, ok := LastCheckpoint(pod); ok && t.After(since) && !t.After(now) {
+	if t, ok := api.LastCheckpoint(pod); ok && t.After(since) && !t.After(now) {
 		since = t
 	}
 	if !now.After(since) {
 		return 0
 	}
 	return float64(max(gpus, 1)) * now.Sub(since).Seconds()
-}
-
-// LastCheckpoint is the time the pod says it last checkpointed
-// (api.AnnotationLastCheckpoint), if it says so readably.
-func LastCheckpoint(pod *v1.Pod) (time.Time, bool) {
-	raw, ok := pod.Annotations[api.AnnotationLastCheckpoint]
-	if !ok {
-		return time.Time{}, false
-	}
-	t, err := time.Parse(time.RFC3339, raw)
-	return t, err == nil
 }
 
 // NewCandidate builds a Candidate for pod at time now, with reclaims' grace
@@ -118,20 +105,4 @@ func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGr
 	gpus := api.PodGPUs(pod, gpuResource)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
 		Overdue: pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace)}
-}
-
-// Quorum is the minMember of the PodGroup group in namespace, as groups has
-// seen it: 0 when groups is nil, the PodGroup is not seen, or it asks for
-// none, and a gang with quorum 0 goes whole. The PodGroup is the tenant's
-// own: the most a lie in it can do is have its own gang shed members it
-// cannot run without.
-func Quorum(groups pglisters.PodGroupLister, namespace, group string) int32 {
-	if groups == nil || group == "" {
-		return 0
-	}
-	pg, err := groups.PodGroups(namespace).Get(group)
-	if err != nil || pg.Spec.MinMember < 1 {
-		return 0
-	}
-	return pg.Spec.MinMember
 }

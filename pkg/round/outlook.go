@@ -10,11 +10,11 @@ import (
 type OutlookPoint struct {
 	// Time starts the step.
 	Time time.Time
-	// InferenceGPUs is what the services are expected to need in the step:
+	// ServingGPUs is what the services are expected to need in the step:
 	// replicas for the load their learned profile expects, or the load now
 	// if higher (scaling in is the autoscaler's to decide, not the
 	// forecast's), times their GPUs per replica.
-	InferenceGPUs int64
+	ServingGPUs int64
 	// LendableLow is what the pool could lend in the step by this round's
 	// cautious forecast (the peak of the load now, the trend and the
 	// profile); LendableHigh, by the profile's expectation alone. Both leave
@@ -37,7 +37,7 @@ func (p *Planner) Outlook(d Decision, span, step time.Duration) []OutlookPoint {
 		expected := v.pooledForecasts(whatIf{from: from, length: step, kind: expected})
 		needed, _ := v.replicasFor(expected)
 		for i, n := range needed {
-			pt.InferenceGPUs += int64(n) * v.services[i].observed.GPUsPerReplica
+			pt.ServingGPUs += int64(n) * v.services[i].observed.GPUsPerReplica
 		}
 		pt.LendableLow = lendable(v.nodes, v.plan(whatIf{from: from, length: step}))
 		pt.LendableHigh = max(pt.LendableLow, lendable(v.nodes, harvest.MakePlan(v.nodes, v.headroomFor(expected))))

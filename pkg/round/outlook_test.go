@@ -15,7 +15,7 @@ import (
 // cautious band never lends more than the profile's.
 func TestOutlookFollowsTheProfile(t *testing.T) {
 	nodes := []harvest.Node{
-		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
 	peak := t0.Add(5 * time.Hour) // 15:00
@@ -40,8 +40,8 @@ func TestOutlookFollowsTheProfile(t *testing.T) {
 		if !pt.Time.Equal(t0.Add(time.Duration(i) * time.Hour)) {
 			t.Errorf("point %d at %v", i, pt.Time)
 		}
-		if pt.LendableHigh != wantLendable || pt.InferenceGPUs != wantInference {
-			t.Errorf("%s: lendable %d, inference %d; want %d and %d", pt.Time.Format("15:04"), pt.LendableHigh, pt.InferenceGPUs, wantLendable, wantInference)
+		if pt.LendableHigh != wantLendable || pt.ServingGPUs != wantInference {
+			t.Errorf("%s: lendable %d, inference %d; want %d and %d", pt.Time.Format("15:04"), pt.LendableHigh, pt.ServingGPUs, wantLendable, wantInference)
 		}
 		if pt.LendableLow > pt.LendableHigh {
 			t.Errorf("%s: cautious %d above expected %d", pt.Time.Format("15:04"), pt.LendableLow, pt.LendableHigh)

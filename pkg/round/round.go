@@ -104,9 +104,9 @@ type Decision struct {
 // ServiceDecision is one service's demand in one round.
 type ServiceDecision struct {
 	Key string
-	// Need is what the service needs now and over the horizon: its Spare
-	// replicas are the headroom kept for it. The safety margin is in it only
-	// for the service it keeps the most room for (view.replicasFor).
+	// Need is what the service needs now and over the horizon: the room for
+	// its HeadroomReplicas is kept. The safety margin is in it only for the
+	// service it keeps the most room for (view.replicasFor).
 	Need demand.Need
 	// Soon is the need over the reclaim lead: what lent GPUs are evicted for.
 	Soon     demand.Need
@@ -161,9 +161,9 @@ func New(cfg Config) *Planner {
 //
 //	per service: need  = the what-if over Horizon
 //	             soon  = the what-if over ReclaimLead
-//	verdicts = Gate.Apply(MakePlan(nodes, need.Spare of every service))
+//	verdicts = Gate.Apply(MakePlan(nodes, need.HeadroomReplicas of every service))
 //	           then, with a ReclaimLead shorter than the Horizon,
-//	           Gate.JustInTime(verdicts, MakePlan(nodes, soon.Spare of every service))
+//	           Gate.JustInTime(verdicts, MakePlan(nodes, soon.HeadroomReplicas of every service))
 //	victims  = reclaim.Take(every node's ReclaimGPUs), without the pods held
 //	           to an earlier notice's time (holdNoticed)
 //	notices  = reclaim.Take(the ReclaimGPUs over the notice horizon, at
@@ -188,8 +188,8 @@ func (p *Planner) Plan(obs Observation) Decision {
 	for i := range v.services {
 		s := &v.services[i]
 		s.Need, s.Soon = need[i], soon[i]
-		headroom = appendHeadroom(headroom, s.Key, s.Need.GPUsPerReplica, s.Need.Spare)
-		soonHeadroom = appendHeadroom(soonHeadroom, s.Key, s.Soon.GPUsPerReplica, s.Soon.Spare)
+		headroom = appendHeadroom(headroom, s.Key, s.Need.GPUsPerReplica, s.Need.HeadroomReplicas)
+		soonHeadroom = appendHeadroom(soonHeadroom, s.Key, s.Soon.GPUsPerReplica, s.Soon.HeadroomReplicas)
 	}
 	d.Services = v.services
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)

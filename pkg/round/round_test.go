@@ -55,7 +55,7 @@ func names(cs []reclaim.Candidate) []string {
 // both jobs go, the one with the least work lost first.
 func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
 	nodes := []harvest.Node{
-		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 4},
 	}
 	jobs := []reclaim.Candidate{job("old", "n2", 2, time.Hour), job("new", "n2", 2, time.Minute)}
@@ -74,8 +74,8 @@ func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
 	}
 	p := New(Config{OpenAfter: 0, ReclaimLead: 15 * time.Minute, Margin: -1})
 	d := p.Plan(obs(20))
-	if got := d.Services[0].Need.Spare; got != 1 {
-		t.Fatalf("spare replicas %d, want 1 (waiting requests)", got)
+	if got := d.Services[0].Need.HeadroomReplicas; got != 1 {
+		t.Fatalf("headroom replicas %d, want 1 (waiting requests)", got)
 	}
 	if np := d.Plan.Nodes["n1"]; np.HeadroomGPUs != 4 || np.State != api.HarvestClosed {
 		t.Fatalf("n1 %+v: want the headroom replica there, closed", np)
@@ -105,8 +105,8 @@ func TestPlanKeepsHeadroomAndChoosesVictims(t *testing.T) {
 // none. Kept per service (MarginPerService), both keep theirs.
 func TestMarginIsKeptForOneServiceAtATime(t *testing.T) {
 	nodes := []harvest.Node{
-		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 8, HostsInference: true},
-		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 8, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},
 		{Name: "n3", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 		{Name: "n4", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
@@ -119,20 +119,20 @@ func TestMarginIsKeptForOneServiceAtATime(t *testing.T) {
 	spare := func(d Decision) map[string]int {
 		out := map[string]int{}
 		for _, s := range d.Services {
-			out[s.Key] = s.Need.Spare
+			out[s.Key] = s.Need.HeadroomReplicas
 		}
 		return out
 	}
 	d := New(Config{OpenAfter: 0}).Plan(obs)
 	if got, want := spare(d), map[string]int{"serving/small": 0, "serving/big": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("spare replicas %v, want %v", got, want)
+		t.Fatalf("headroom replicas %v, want %v", got, want)
 	}
 	if lent := lendable(nodes, d.Plan); lent != 12 {
 		t.Fatalf("%d GPUs lendable, want 12 (8 kept for one replica of serving/big): %+v", lent, d.Plan.Nodes)
 	}
 	d = New(Config{OpenAfter: 0, MarginPerService: true}).Plan(obs)
 	if got, want := spare(d), map[string]int{"serving/small": 1, "serving/big": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("per service: spare replicas %v, want %v", got, want)
+		t.Fatalf("per service: headroom replicas %v, want %v", got, want)
 	}
 	if lent := lendable(nodes, d.Plan); lent != 8 {
 		t.Fatalf("per service: %d GPUs lendable, want 8: %+v", lent, d.Plan.Nodes)
@@ -143,7 +143,7 @@ func TestMarginIsKeptForOneServiceAtATime(t *testing.T) {
 // only beyond the lead stops the node lending but evicts nothing yet: the pods
 // it will evict get notices, with when the forecast will need their GPUs.
 func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 	lent := job("train", "n1", 4, time.Hour)
 	// A rising trend of half a request a minute: from 12 requests it passes
@@ -164,7 +164,7 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	}
 	last := t0.Add(4 * time.Minute)
 	s := d.Services[0]
-	if s.Need.Spare != 1 || s.Soon.Spare != 0 {
+	if s.Need.HeadroomReplicas != 1 || s.Soon.HeadroomReplicas != 0 {
 		t.Fatalf("need %+v soon %+v: want a spare replica over the horizon only", s.Need, s.Soon)
 	}
 	if np := d.Plan.Nodes["n1"]; np.State != api.HarvestDraining || np.ReclaimGPUs != 0 || len(d.Victims) != 0 {
@@ -206,7 +206,7 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 // (a minute here) stays as given: the time the pod was told is the time that
 // holds it.
 func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 	lent := job("train", "n1", 4, time.Hour)
 	plan := func(at time.Time, load float64) Decision {
@@ -235,7 +235,7 @@ func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
 // keeps lending, its pods get notices with the time found to five minutes,
 // and that time moves only by whole such steps.
 func TestNoticeHorizonWarnsBeyondTheHorizon(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	lent := job("train", "n1", 4, time.Hour)
 	run := func(noticeHorizon time.Duration) (*Planner, func(time.Time, float64) Decision) {
 		p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, NoticeHorizon: noticeHorizon, Margin: -1})
@@ -289,7 +289,7 @@ func TestNoticeHorizonWarnsBeyondTheHorizon(t *testing.T) {
 // A noticed pod is evicted before its notice's time when inference already
 // needs its node's GPUs: the load now, not only the forecast.
 func TestPlanEvictsBeforeTheNoticeWhenInferenceWaits(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 	lent := job("train", "n1", 4, time.Hour)
 	plan := func(at time.Time, running, waiting float64) Decision {
@@ -396,7 +396,7 @@ func FuzzPlanBoundsForgedLoad(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, running, waiting, kv float64) {
 		nodes := []harvest.Node{
-			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},
 			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 2},
 		}
 		p := New(Config{})
@@ -415,7 +415,7 @@ func FuzzPlanBoundsForgedLoad(f *testing.F) {
 			if free := int64(4 + 8); kept > free {
 				t.Fatalf("headroom %d GPUs on a pool with %d free", kept, free)
 			}
-			if need := d.Services[0].Need; need.Needed > 4 || need.Spare < 0 {
+			if need := d.Services[0].Need; need.Needed > 4 || need.HeadroomReplicas < 0 {
 				t.Fatalf("needed %d replicas of 4 GPUs on a pool that holds 4", need.Needed)
 			}
 		}
@@ -459,7 +459,7 @@ func TestMarkPrepared(t *testing.T) {
 // the peak, and all kept them.
 func TestAvailability(t *testing.T) {
 	nodes := []harvest.Node{
-		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, HostsInference: true},
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, HostsInference: true},
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 	}
 	// Learned by hour (a version 1 profile: each hour is read into its slots).
@@ -592,7 +592,7 @@ func TestAvailabilityKnowsTheWindowsClose(t *testing.T) {
 func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	obs := func(at time.Time, loads [2]float64, stored [2]string) Observation {
 		o := Observation{Now: at, Published: map[string]int64{}, Nodes: []harvest.Node{
-			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 8, HostsInference: true},
+			{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 8, HostsInference: true},
 			{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8},
 		}}
 		for i, key := range []string{"serving/a", "serving/b"} {
@@ -634,7 +634,7 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 		}
 		var out []int
 		for _, s := range p.Plan(o).Services {
-			out = append(out, s.Need.Spare)
+			out = append(out, s.Need.HeadroomReplicas)
 		}
 		return out
 	}
@@ -647,18 +647,18 @@ func TestPoolProfileKeepsRoomForThePeaksTheServicesReachTogether(t *testing.T) {
 	// second replica waits for lent GPUs, within the reclaim budget.
 	both := [2]float64{8, 8}
 	if got := spare(Config{Margin: -1}, pool, both, false); !reflect.DeepEqual(got, []int{0, 0}) {
-		t.Errorf("pooled: spare replicas %v, want none", got)
+		t.Errorf("pooled: headroom replicas %v, want none", got)
 	}
 	if got := spare(Config{Margin: -1, ProfilePerService: true}, pool, both, false); !reflect.DeepEqual(got, []int{1, 1}) {
-		t.Errorf("per service: spare replicas %v, want one each", got)
+		t.Errorf("per service: headroom replicas %v, want one each", got)
 	}
 	if got := spare(Config{Margin: -1}, "", both, false); !reflect.DeepEqual(got, []int{1, 1}) {
-		t.Errorf("pool profile not learned: spare replicas %v, want one each", got)
+		t.Errorf("pool profile not learned: headroom replicas %v, want one each", got)
 	}
 	// a's second replica has no metrics: the pool's load now is not known,
 	// and b keeps room for its own peak.
 	if got := spare(Config{Margin: -1}, pool, both, true); got[1] != 1 {
-		t.Errorf("a service's load unknown: spare replicas %v, want one for serving/b", got)
+		t.Errorf("a service's load unknown: headroom replicas %v, want one for serving/b", got)
 	}
 
 	p := New(Config{})

@@ -17,7 +17,7 @@ import (
 //	            pooled over it when length > 0 (pooled)
 //	needs     = replicas for the forecasts, with the safety margin kept for
 //	            one service (replicasFor)
-//	headroom  = the spare replicas of the needs, placed by harvest.MakePlan
+//	headroom  = the headroom replicas of the needs, placed by harvest.MakePlan
 type whatIf struct {
 	from   time.Time
 	length time.Duration
@@ -93,7 +93,7 @@ func (v *view) plan(w whatIf) harvest.Plan {
 }
 
 // headroomFor is the room the services need for their forecasts: their
-// spare replicas, in service order.
+// headroom replicas, in service order.
 func (v *view) headroomFor(forecasts []demand.Forecast) []harvest.Headroom {
 	needed, _ := v.replicasFor(forecasts)
 	var out []harvest.Headroom
@@ -228,7 +228,7 @@ func (v *view) nodePlans(dst []harvest.NodePlan, last, headroom []harvest.Headro
 	return harvest.NodePlans(dst, v.nodes, headroom)
 }
 
-// appendHeadroom adds the room a service keeps for its spare replicas, if
+// appendHeadroom adds the room a service keeps for its headroom replicas, if
 // any: one form for every plan of a round, so that equal needs give equal
 // headroom (nodePlans reuses a plan when they do).
 func appendHeadroom(out []harvest.Headroom, key string, gpusPerReplica int64, spare int) []harvest.Headroom {

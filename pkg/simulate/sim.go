@@ -212,7 +212,7 @@ func DefaultConfig() Config {
 		GPUsPerReplica:     4,
 		ReplicaCapacity:    20,
 		ScrapeInterval:     30 * time.Second,
-		GracePeriod:        120 * time.Second,
+		GracePeriod:        reclaim.DefaultMaxGrace, // gleaner-controller --max-reclaim-grace default
 		CheckpointInterval: 30 * time.Minute,
 		CheckpointCost:     3 * time.Minute,
 		Horizon:            demand.DefaultHorizon,
@@ -493,7 +493,7 @@ func newCalibration(span time.Duration, days [][]availability.CalibrationBucket)
 type simNode struct {
 	name      string
 	alloc     int64
-	inference int64 // GPUs of bound inference replicas
+	serving   int64 // GPUs of bound inference replicas
 	lent      int64 // GPUs of best-effort pods, terminating included
 	returning int64 // GPUs of terminating best-effort pods
 	reclaimed int64 // reclaimed GPUs no replica has bound to yet
@@ -751,11 +751,11 @@ func (s *sim) autoscale(i int, t time.Duration) {
 		// Scale in on the node serving the least inference, so nodes empty.
 		k := 0
 		for x, n := range sv.bound {
-			if s.nodes[n].inference < s.nodes[sv.bound[k]].inference || s.nodes[n].inference == s.nodes[sv.bound[k]].inference && n > sv.bound[k] {
+			if s.nodes[n].serving < s.nodes[sv.bound[k]].serving || s.nodes[n].serving == s.nodes[sv.bound[k]].serving && n > sv.bound[k] {
 				k = x
 			}
 		}
-		s.nodes[sv.bound[k]].inference -= s.cfg.GPUsPerReplica
+		s.nodes[sv.bound[k]].serving -= s.cfg.GPUsPerReplica
 		sv.bound = append(sv.bound[:k], sv.bound[k+1:]...)
 	}
 }
@@ -777,7 +777,7 @@ func (s *sim) bindNode() int {
 	best, bestFree := -1, int64(0)
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		free := n.alloc - n.inference - n.lent
+		free := n.alloc - n.serving - n.lent
 		if free >= s.cfg.GPUsPerReplica && (best < 0 || free < bestFree) {
 			best, bestFree = i, free
 		}
@@ -787,7 +787,7 @@ func (s *sim) bindNode() int {
 
 func (s *sim) bind(svc, node int) {
 	n := &s.nodes[node]
-	n.inference += s.cfg.GPUsPerReplica
+	n.serving += s.cfg.GPUsPerReplica
 	n.reclaimed -= min(n.reclaimed, s.cfg.GPUsPerReplica)
 	s.svcs[svc].bound = append(s.svcs[svc].bound, node)
 }
@@ -839,7 +839,7 @@ func (s *sim) plan(t time.Duration) {
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
-			ReservedGPUs: n.inference, LentGPUs: n.lent, ReturningGPUs: n.returning, HostsInference: n.inference > 0}
+			ServingGPUs: n.serving, LentGPUs: n.lent, ReturningGPUs: n.returning, HostsInference: n.serving > 0}
 	}
 	for i := range s.svcs {
 		sv := &s.svcs[i]
@@ -1028,7 +1028,7 @@ func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 		Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start},
 	}
 	if j.savedAt > j.start {
-		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: s.now(j.savedAt).Format(time.RFC3339)}
+		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: api.FormatTime(s.now(j.savedAt))}
 	}
 	if j.evicted {
 		// As the API server marks a pod asked to stop: the end of its grace period.
@@ -1095,7 +1095,7 @@ func (s *sim) largestHole() int64 {
 	for i := range s.nodes {
 		n, v := &s.nodes[i], s.verdicts[i]
 		if v.State == api.HarvestOpen {
-			hole = max(hole, min(v.HarvestableGPUs-n.lent, n.alloc-n.inference-n.lent))
+			hole = max(hole, min(v.HarvestableGPUs-n.lent, n.alloc-n.serving-n.lent))
 		}
 	}
 	return hole
@@ -1125,11 +1125,11 @@ func (s *sim) place(t time.Duration) bool {
 		for i := range s.nodes {
 			n, v := &s.nodes[i], s.verdicts[i]
 			// GPUHarvest's Filter, then NodeResourcesFit's GPU check.
-			if v.Fit(n.lent, j.GPUs) != harvest.Fits || n.alloc-n.inference-n.lent < j.GPUs {
+			if v.Fit(n.lent, j.GPUs) != harvest.Fits || n.alloc-n.serving-n.lent < j.GPUs {
 				continue
 			}
 			score := harvest.PlacementScore(harvest.PlacementNode{HarvestableGPUs: v.HarvestableGPUs, LentGPUs: n.lent,
-				AllocatableGPUs: n.alloc, ServingGPUs: n.inference}, j.GPUs, s.cfg.PackingWeight, s.cfg.IdleWeight, 100)
+				AllocatableGPUs: n.alloc, ServingGPUs: n.serving}, j.GPUs, s.cfg.PackingWeight, s.cfg.IdleWeight, 100)
 			if s.cfg.DeclareInterval {
 				var avail int64 // unknown: no credit, as the plugin gives
 				if a, ok := s.avail[n.name]; ok {
@@ -1177,7 +1177,7 @@ func (s *sim) place(t time.Duration) bool {
 func (s *sim) account(t, dt time.Duration) {
 	var serving, lent, needed int64
 	for i := range s.nodes {
-		serving += s.nodes[i].inference
+		serving += s.nodes[i].serving
 		lent += s.nodes[i].lent
 	}
 	for i := range s.svcs {

@@ -31,7 +31,7 @@ func Pool(now time.Time, nodes []harvest.Node, plan harvest.Plan, planning bool)
 			continue
 		}
 		np := plan.Nodes[n.Name]
-		c := v1alpha1.GPUCounts{Total: n.AllocatableGPUs, Serving: min(n.ReservedGPUs, n.AllocatableGPUs)}
+		c := v1alpha1.GPUCounts{Total: n.AllocatableGPUs, Serving: min(n.ServingGPUs, n.AllocatableGPUs)}
 		c.Lent = min(n.LentGPUs+n.StuckGPUs, c.Total-c.Serving)
 		c.Headroom = max(0, min(np.HeadroomGPUs, c.Total-c.Serving-c.Lent))
 		c.Idle = c.Total - c.Serving - c.Lent - c.Headroom
@@ -81,7 +81,7 @@ func (h *History) Add(now time.Time, g v1alpha1.GPUCounts) {
 	if k := len(h.samples); k > 0 && now.Sub(h.samples[k-1].Time.Time) < HistoryStep && !now.Before(h.samples[k-1].Time.Time) {
 		return
 	}
-	h.samples = append(h.samples, v1alpha1.PoolSample{Time: metav1.NewTime(now), Inference: g.Serving, Lent: g.Lent, Lendable: g.Lendable})
+	h.samples = append(h.samples, v1alpha1.PoolSample{Time: metav1.NewTime(now), Serving: g.Serving, Lent: g.Lent, Lendable: g.Lendable})
 	i := 0
 	for i < len(h.samples) && (now.Sub(h.samples[i].Time.Time) > HistorySpan || h.samples[i].Time.After(now)) {
 		i++

@@ -14,8 +14,8 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
 func TestPoolCountsEveryGPUOnce(t *testing.T) {
 	nodes := []harvest.Node{
-		{Name: "a", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 2, LentGPUs: 3},
-		{Name: "b", InPool: true, Schedulable: true, AllocatableGPUs: 8, ReservedGPUs: 4, LentGPUs: 4, StuckGPUs: 1},
+		{Name: "a", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 2, LentGPUs: 3},
+		{Name: "b", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, StuckGPUs: 1},
 		{Name: "c", InPool: true, AllocatableGPUs: 8},
 		{Name: "cpu", AllocatableGPUs: 0},
 	}

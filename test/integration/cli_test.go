@@ -244,13 +244,13 @@ func publishFixture(t *testing.T, cp *controlPlane) []v1alpha1.Job {
 		if i >= 3 && i < 8 {
 			low = 12
 		}
-		outlook[i] = v1alpha1.OutlookPoint{Time: at(time.Duration(i) * time.Hour), Inference: 8, LendableLow: low, LendableHigh: low + 2}
+		outlook[i] = v1alpha1.OutlookPoint{Time: at(time.Duration(i) * time.Hour), Serving: 8, LendableLow: low, LendableHigh: low + 2}
 	}
 	var history []v1alpha1.PoolSample
 	for m := 24 * 60; m > 0; m -= 10 { // a day: inference peaks at noon, jobs take the rest
 		hour := float64((cliNow.Add(-time.Duration(m)*time.Minute).Hour()+12)%24) - 12
 		inference := int64(4 + 8*(1-hour*hour/144))
-		history = append(history, v1alpha1.PoolSample{Time: at(-time.Duration(m) * time.Minute), Inference: inference, Lent: min(16-inference-2, 12), Lendable: 16 - inference - 2})
+		history = append(history, v1alpha1.PoolSample{Time: at(-time.Duration(m) * time.Minute), Serving: inference, Lent: min(16-inference-2, 12), Lendable: 16 - inference - 2})
 	}
 	writeStatus(t, cp, v1alpha1.GPUPoolResource, "", api.PoolInference, "GPUPool", &v1alpha1.GPUPoolStatus{
 		ObservedTime: at(-3 * time.Second), Planning: true,

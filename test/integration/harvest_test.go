@@ -24,11 +24,11 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
-	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
 )
 
@@ -357,7 +357,7 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 	t.Run("open nodes carry the availability of their lendable GPUs", func(t *testing.T) {
 		// chat has no profile yet and a flat load: nothing is forecast to need
 		// gpu-b within four hours, and no forecast is judged yet, so no chances.
-		want := harvest.Availability{For: round.AvailabilityHorizon, AtLeast: true, Survive1h: harvest.NotLearned, Survive4h: harvest.NotLearned}
+		want := harvest.Availability{For: availability.Horizon, AtLeast: true, Survive1h: harvest.NotLearned, Survive4h: harvest.NotLearned}
 		eventually(t, 10*time.Second, "gpu-b's availability", func(ctx context.Context) (bool, error) {
 			n, err := env.client.CoreV1().Nodes().Get(ctx, "gpu-b", metav1.GetOptions{})
 			if err != nil {

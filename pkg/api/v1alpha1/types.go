@@ -164,22 +164,27 @@ type NodeState struct {
 
 // PoolSample is the pool's GPUs at one time.
 type PoolSample struct {
-	Time      metav1.Time `json:"time"`
-	Inference int64       `json:"inference"`
-	Lent      int64       `json:"lent"`
-	Lendable  int64       `json:"lendable"`
+	Time metav1.Time `json:"time"`
+	// Serving: held by inference or anything else not best-effort
+	// (GPUCounts.Serving). Earlier controllers wrote it as "inference";
+	// it is read from there.
+	Serving  int64 `json:"serving"`
+	Lent     int64 `json:"lent"`
+	Lendable int64 `json:"lendable"`
 }
 
 // OutlookPoint forecasts one step of the next OutlookSpan: the GPUs
-// inference is expected to hold, and the GPUs expected lendable, between
+// inference is expected to hold (serving), and the GPUs expected lendable, between
 // what the controller's cautious forecast would lend (LendableLow: the peak
 // of trend, profile and the load now) and what the learned profile alone
 // would (LendableHigh).
 type OutlookPoint struct {
-	Time         metav1.Time `json:"time"`
-	Inference    int64       `json:"inference"`
-	LendableLow  int64       `json:"lendableLow"`
-	LendableHigh int64       `json:"lendableHigh"`
+	Time metav1.Time `json:"time"`
+	// Serving: the GPUs inference is expected to hold. Objects written
+	// wrote it as "inference"; it is read from there.
+	Serving      int64 `json:"serving"`
+	LendableLow  int64 `json:"lendableLow"`
+	LendableHigh int64 `json:"lendableHigh"`
 }
 
 // Price values harvested GPU-hours: PerGPUHour in Currency.

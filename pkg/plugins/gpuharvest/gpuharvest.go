@@ -59,14 +59,11 @@ type GPUHarvest struct {
 
 // nodeCache keeps, for each node, what Filter and Score read of it: the
 // parsed verdict beside the Node object it was read from, and the GPUs lent
-// there beside the NodeInfo generation they were counted in. Both run for
-// thousands of nodes per pod; parsing the label and annotation each time cost
-// the scheduler a fifth of its throughput on large clusters, mostly in cache
-// misses on the Nodes' maps, and walking every pod of every node for the lent
-// count cost it more. A Node object is immutable in the scheduler's cache, so
-// a pointer match means the verdict is current; every change to a NodeInfo
-// (in the cache or a cycle's copy) takes a new generation, so a generation
-// match means the count is.
+// there beside the NodeInfo generation they were counted in, because both
+// run for thousands of nodes per pod. A Node object is immutable in the
+// scheduler's cache, so a pointer match means the verdict is current; every
+// change to a NodeInfo takes a new generation, so a generation match means
+// the count is.
 //
 // It also keeps when each node arrived, counted in heartbeat renewals: a
 // node's verdict is trusted only once trustAfterRenewals renewals were seen
@@ -76,13 +73,9 @@ type GPUHarvest struct {
 // round that saw it has published its verdict.
 type nodeCache struct {
 	// fast finds a node's slot by the Node object the scheduler holds, as
-	// of the last promotion: Filter and Score look up nearly every node
-	// here, in a map no one writes to, keyed by a pointer. At 5,000 nodes
-	// the lookup is most of the plugin's cost, and it is memory it waits
-	// for: a sync.Map keyed by name (walking its trie) and a map keyed by
-	// name (hashing and comparing names nothing else had touched) each took
-	// two-thirds or more of the plugin's CPU; a shared RWMutex had cost a
-	// twentieth of the scheduler's.
+	// of the last promotion: a map no one writes to, keyed by a pointer, as
+	// Filter and Score look up nearly every node here and the lookup is
+	// most of the plugin's cost (bench/README.md compares the others tried).
 	fast atomic.Pointer[map[*v1.Node]*nodeSlot]
 
 	mu sync.Mutex

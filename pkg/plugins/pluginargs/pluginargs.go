@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
 // BestEffort says which pods are best-effort and which resource they borrow.
@@ -90,12 +92,14 @@ var gleanerPlugins = []string{"GPUHarvest", "ReclaimPreemption"}
 
 // CheckProfiles reports where a KubeSchedulerConfiguration (YAML or JSON, as
 // gleaner-scheduler reads it) disagrees with want about which pods are
-// best-effort and which resource they borrow. Every profile that enables or
-// configures GPUHarvest or ReclaimPreemption is checked, with the scheduler's
-// defaults for args it leaves out. A controller and a scheduler that disagree
-// would lend and reclaim different pods' GPUs, so gleaner-controller refuses to
-// run on an error from here.
-func CheckProfiles(config []byte, want BestEffort) error {
+// best-effort and which resource they borrow, or, in ReclaimPreemption's
+// maxGraceSeconds, with maxGrace, the longest grace period a reclaim gives.
+// Every profile that enables or configures GPUHarvest or ReclaimPreemption is
+// checked, with the scheduler's defaults for args it leaves out. A
+// controller and a scheduler that disagree would lend and reclaim different
+// pods' GPUs, or count the same terminating pod's GPUs as returning and as
+// owed, so gleaner-controller refuses to run on an error from here.
+func CheckProfiles(config []byte, want BestEffort, maxGrace time.Duration) error {
 	want.Default()
 	var cfg struct {
 		Kind     string `json:"kind"`
@@ -124,7 +128,10 @@ func CheckProfiles(config []byte, want BestEffort) error {
 			}
 		}
 		for _, plugin := range gleanerPlugins {
-			var got BestEffort
+			var got struct {
+				BestEffort
+				MaxGraceSeconds *int32 `json:"maxGraceSeconds,omitempty"`
+			}
 			uses := enabled[plugin]
 			for _, pc := range p.PluginConfig {
 				if pc.Name != plugin || len(pc.Args) == 0 {
@@ -145,6 +152,15 @@ func CheckProfiles(config []byte, want BestEffort) error {
 			}
 			if got.Resource() != want.Resource() {
 				errs = append(errs, fmt.Errorf("profile %s, %s: gpuResourceName %s, but %s here", p.SchedulerName, plugin, got.Resource(), want.Resource()))
+			}
+			if plugin == "ReclaimPreemption" {
+				grace := reclaim.DefaultMaxGrace
+				if got.MaxGraceSeconds != nil {
+					grace = time.Duration(*got.MaxGraceSeconds) * time.Second
+				}
+				if grace != maxGrace {
+					errs = append(errs, fmt.Errorf("profile %s, %s: maxGraceSeconds %d, but a reclaim grace of %v here", p.SchedulerName, plugin, int64(grace/time.Second), maxGrace))
+				}
 			}
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -70,11 +72,15 @@ profiles:
 	config := func(threshold int, resource string) []byte {
 		return []byte(fmt.Sprintf(profile, threshold, resource))
 	}
+	withGrace := append(config(0, "nvidia.com/gpu"), "  - name: ReclaimPreemption\n    args: {maxGraceSeconds: 300}\n"...)
 	want := func(threshold int32, resource string) BestEffort {
 		return BestEffort{BestEffortPriorityThreshold: &threshold, GPUResourceName: resource}
 	}
-	if err := CheckProfiles(config(0, "nvidia.com/gpu"), BestEffort{}); err != nil {
+	if err := CheckProfiles(config(0, "nvidia.com/gpu"), BestEffort{}, reclaim.DefaultMaxGrace); err != nil {
 		t.Errorf("an agreeing profile: %v", err)
+	}
+	if err := CheckProfiles(withGrace, BestEffort{}, 5*time.Minute); err != nil {
+		t.Errorf("an agreeing profile with a grace of 300 s: %v", err)
 	}
 	for _, tt := range []struct {
 		name   string
@@ -91,11 +97,18 @@ profiles:
 		{"ill-typed args", []byte("kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: s\n  pluginConfig:\n  - name: GPUHarvest\n    args: {bestEffortPriorityThreshold: low}\n"), BestEffort{}, []string{"profile s, GPUHarvest args:"}},
 		{"not YAML", []byte("kind: [\n"), BestEffort{}, []string{"reading the scheduler's configuration"}},
 	} {
-		err := CheckProfiles(tt.config, tt.want)
+		err := CheckProfiles(tt.config, tt.want, reclaim.DefaultMaxGrace)
 		for _, w := range tt.errs {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %v, want an error containing %q", tt.name, err, w)
 			}
 		}
+	}
+	// Defaulted, ReclaimPreemption gives 120 s; the controller would give 5 minutes.
+	if err := CheckProfiles(config(0, "nvidia.com/gpu"), BestEffort{}, 5*time.Minute); err == nil || !strings.Contains(err.Error(), "ReclaimPreemption: maxGraceSeconds 120, but a reclaim grace of 5m0s here") {
+		t.Errorf("a defaulted grace against 5 minutes: %v", err)
+	}
+	if err := CheckProfiles(withGrace, BestEffort{}, reclaim.DefaultMaxGrace); err == nil || !strings.Contains(err.Error(), "ReclaimPreemption: maxGraceSeconds 300, but a reclaim grace of 2m0s here") {
+		t.Errorf("a grace of 300 s against the default: %v", err)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim/evict"
 )
 
 // Name of the plugin in the scheduler configuration. Enable it in place of DefaultPreemption.
@@ -366,7 +367,7 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 				}
 			}
 		}
-		if q := int(reclaim.Quorum(pl.groups, p.Namespace, group)); q > 0 && staying >= q {
+		if q := int(evict.Quorum(pl.groups, p.Namespace, group)); q > 0 && staying >= q {
 			continue // elastic: the rest keep running
 		}
 		for _, m := range running {

@@ -1,4 +1,4 @@
-package reclaim
+package evict
 
 import (
 	"testing"

@@ -20,7 +20,7 @@ func with(n Node, f func(*Node)) Node {
 	return n
 }
 
-func reserved(g int64) func(*Node)  { return func(n *Node) { n.ReservedGPUs = g } }
+func reserved(g int64) func(*Node)  { return func(n *Node) { n.ServingGPUs = g } }
 func lent(g int64) func(*Node)      { return func(n *Node) { n.LentGPUs = g } }
 func inference(n *Node)             { n.HostsInference = true }
 func returning(g int64) func(*Node) { return func(n *Node) { n.ReturningGPUs = g } }
@@ -339,11 +339,11 @@ func TestMakePlan(t *testing.T) {
 				if (np.State == draining) != (np.ReclaimGPUs > 0) {
 					t.Errorf("node %s: state %s with ReclaimGPUs %d", n.Name, np.State, np.ReclaimGPUs)
 				}
-				free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
+				free := n.AllocatableGPUs - n.ServingGPUs - n.StuckGPUs
 				lendable := n.InPool && n.Schedulable && free >= 0
 				if lendable && np.HarvestableGPUs+np.HeadroomGPUs != free {
 					t.Errorf("node %s: harvestable %d + headroom %d != allocatable %d - reserved %d - stuck %d",
-						n.Name, np.HarvestableGPUs, np.HeadroomGPUs, n.AllocatableGPUs, n.ReservedGPUs, n.StuckGPUs)
+						n.Name, np.HarvestableGPUs, np.HeadroomGPUs, n.AllocatableGPUs, n.ServingGPUs, n.StuckGPUs)
 				}
 			}
 		})
@@ -374,7 +374,7 @@ func scanPlan(nodes []Node, headroom []Headroom) Plan {
 	var lendable []home
 	for i := range nodes {
 		n := &nodes[i]
-		free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
+		free := n.AllocatableGPUs - n.ServingGPUs - n.StuckGPUs
 		if !n.InPool || !n.Schedulable || free < 0 {
 			plan.Nodes[n.Name] = NodePlan{Verdict: Closed}
 			continue
@@ -425,7 +425,7 @@ func randomPool(rng *rand.Rand, n int) ([]Node, []Headroom) {
 		reserved := rng.Int64N(alloc + 1)
 		lentGPUs := rng.Int64N(alloc - reserved + 1)
 		nodes[i] = Node{Name: fmt.Sprintf("n%04d", rng.IntN(10*n)) + fmt.Sprint(i), InPool: rng.IntN(10) > 0, Schedulable: rng.IntN(20) > 0,
-			AllocatableGPUs: alloc, ReservedGPUs: reserved, LentGPUs: lentGPUs, ReturningGPUs: rng.Int64N(lentGPUs + 1),
+			AllocatableGPUs: alloc, ServingGPUs: reserved, LentGPUs: lentGPUs, ReturningGPUs: rng.Int64N(lentGPUs + 1),
 			HostsInference: reserved > 0 && rng.IntN(2) == 0}
 		if rng.IntN(30) == 0 {
 			nodes[i].StuckGPUs = 1

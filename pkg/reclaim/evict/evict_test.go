@@ -1,4 +1,4 @@
-package reclaim
+package evict
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,7 +111,7 @@ func (c *cluster) evictions(t *testing.T) []string {
 		if ev.DeleteOptions == nil || ev.DeleteOptions.GracePeriodSeconds == nil {
 			t.Errorf("eviction of %s carries no grace period: the pod's own would apply, uncapped", ev.Name)
 		} else if pod, err := c.client.CoreV1().Pods(ev.Namespace).Get(context.Background(), ev.Name, metav1.GetOptions{}); err == nil {
-			if want := int64(CappedGrace(pod, DefaultMaxGrace) / time.Second); *ev.DeleteOptions.GracePeriodSeconds != want {
+			if want := int64(reclaim.CappedGrace(pod, reclaim.DefaultMaxGrace) / time.Second); *ev.DeleteOptions.GracePeriodSeconds != want {
 				t.Errorf("eviction of %s with grace %ds, want %ds", ev.Name, *ev.DeleteOptions.GracePeriodSeconds, want)
 			}
 		}
@@ -131,7 +133,7 @@ func TestEvict(t *testing.T) {
 		{
 			name:       "evicted",
 			pod:        stored,
-			wantEvents: []string{"Warning " + ReasonReclaimed},
+			wantEvents: []string{"Warning " + reclaim.ReasonReclaimed},
 		},
 		{
 			name: "already gone is not an error and records nothing",
@@ -142,7 +144,7 @@ func TestEvict(t *testing.T) {
 			pod:        stored,
 			refuse:     []string{"job"},
 			wantErr:    apierrors.IsTooManyRequests,
-			wantEvents: []string{"Warning " + ReasonReclaimBlocked},
+			wantEvents: []string{"Warning " + reclaim.ReasonReclaimBlocked},
 		},
 		{
 			name:    "other API errors are returned without an Event",
@@ -172,7 +174,7 @@ func TestEvict(t *testing.T) {
 				if !strings.HasPrefix(e, tt.wantEvents[i]+" ") {
 					t.Errorf("event %d = %q, want prefix %q", i, e, tt.wantEvents[i])
 				}
-				if strings.HasPrefix(e, "Warning "+ReasonReclaimed+" ") && !strings.Contains(e, "inference needs node-1") {
+				if strings.HasPrefix(e, "Warning "+reclaim.ReasonReclaimed+" ") && !strings.Contains(e, "inference needs node-1") {
 					t.Errorf("event %q does not say why", e)
 				}
 			}
@@ -183,13 +185,13 @@ func TestEvict(t *testing.T) {
 // TestTake takes GPUs back on one node of lone pods: the API's answers (refused,
 // failed, gone) through the real Evictor.
 func TestTake(t *testing.T) {
-	// c builds a candidate on node-1; LostWork is given directly so the order is explicit.
-	c := func(name string, gpus int64, lost float64) Candidate {
+	// c builds a candidate on node-1; reclaim.LostWork is given directly so the order is explicit.
+	c := func(name string, gpus int64, lost float64) reclaim.Candidate {
 		p := pod(name, now, "")
 		p.Spec.NodeName = "node-1"
-		return Candidate{Pod: p, GPUs: gpus, LostWork: lost}
+		return reclaim.Candidate{Pod: p, GPUs: gpus, LostWork: lost}
 	}
-	terminating := func(name string, gpus int64) Candidate {
+	terminating := func(name string, gpus int64) reclaim.Candidate {
 		cd := c(name, gpus, 0)
 		ts := metav1.NewTime(now)
 		cd.Pod.DeletionTimestamp = &ts
@@ -198,7 +200,7 @@ func TestTake(t *testing.T) {
 
 	tests := []struct {
 		name       string
-		candidates []Candidate
+		candidates []reclaim.Candidate
 		missing    []string // candidates the API server no longer holds
 		refuse     []string
 		fail       []string
@@ -212,63 +214,63 @@ func TestTake(t *testing.T) {
 	}{
 		{
 			name:         "evicts in order until enough GPUs are freed",
-			candidates:   []Candidate{c("a", 2, 100), c("b", 4, 50), c("c", 1, 200), c("d", 4, 300)},
+			candidates:   []reclaim.Candidate{c("a", 2, 100), c("b", 4, 50), c("c", 1, 200), c("d", 4, 300)},
 			gpus:         5,
 			wantAttempts: []string{"ml/b", "ml/a"},
 			wantEvicted:  []string{"ml/b", "ml/a"},
-			wantEvents:   []string{"ml/b " + ReasonReclaimed, "ml/a " + ReasonReclaimed},
+			wantEvents:   []string{"ml/b " + reclaim.ReasonReclaimed, "ml/a " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "ties in lost work go to the pod with more GPUs",
-			candidates:   []Candidate{c("a", 1, 0), c("b", 1, 0), c("big", 4, 0)},
+			candidates:   []reclaim.Candidate{c("a", 1, 0), c("b", 1, 0), c("big", 4, 0)},
 			gpus:         4,
 			wantAttempts: []string{"ml/big"},
 			wantEvicted:  []string{"ml/big"},
-			wantEvents:   []string{"ml/big " + ReasonReclaimed},
+			wantEvents:   []string{"ml/big " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "already-terminating pods count toward the goal and are not evicted again",
-			candidates:   []Candidate{terminating("t", 4), c("a", 2, 10), c("b", 2, 20)},
+			candidates:   []reclaim.Candidate{terminating("t", 4), c("a", 2, 10), c("b", 2, 20)},
 			gpus:         5,
 			wantAttempts: []string{"ml/a"},
 			wantEvicted:  []string{"ml/a"},
-			wantEvents:   []string{"ml/a " + ReasonReclaimed},
+			wantEvents:   []string{"ml/a " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "terminating pods alone cover the goal",
-			candidates:   []Candidate{terminating("t", 4), c("a", 2, 10)},
+			candidates:   []reclaim.Candidate{terminating("t", 4), c("a", 2, 10)},
 			gpus:         4,
 			wantAttempts: []string{},
 		},
 		{
 			name:         "nothing owed evicts nothing",
-			candidates:   []Candidate{c("a", 2, 10)},
+			candidates:   []reclaim.Candidate{c("a", 2, 10)},
 			gpus:         0,
 			wantAttempts: []string{},
 		},
 		{
 			name:         "a refused pod is skipped and the next tried",
-			candidates:   []Candidate{c("pdb", 4, 10), c("b", 4, 20), c("c", 4, 30)},
+			candidates:   []reclaim.Candidate{c("pdb", 4, 10), c("b", 4, 20), c("c", 4, 30)},
 			refuse:       []string{"pdb"},
 			gpus:         4,
 			wantAttempts: []string{"ml/pdb", "ml/b"},
 			wantEvicted:  []string{"ml/b"},
 			wantErrs:     1,
-			wantEvents:   []string{"ml/pdb " + ReasonReclaimBlocked, "ml/b " + ReasonReclaimed},
+			wantEvents:   []string{"ml/pdb " + reclaim.ReasonReclaimBlocked, "ml/b " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "a failed eviction is skipped and the next tried, without an Event",
-			candidates:   []Candidate{c("sad", 4, 10), c("b", 4, 20)},
+			candidates:   []reclaim.Candidate{c("sad", 4, 10), c("b", 4, 20)},
 			fail:         []string{"sad"},
 			gpus:         4,
 			wantAttempts: []string{"ml/sad", "ml/b"},
 			wantEvicted:  []string{"ml/b"},
 			wantErrs:     1,
-			wantEvents:   []string{"ml/b " + ReasonReclaimed},
+			wantEvents:   []string{"ml/b " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "a pod already gone counts as freed",
-			candidates:   []Candidate{c("ghost", 4, 10), c("b", 4, 20)},
+			candidates:   []reclaim.Candidate{c("ghost", 4, 10), c("b", 4, 20)},
 			missing:      []string{"ghost"},
 			gpus:         4,
 			wantAttempts: []string{"ml/ghost"},
@@ -276,22 +278,22 @@ func TestTake(t *testing.T) {
 		},
 		{
 			name:         "not enough candidates: the rest is owed",
-			candidates:   []Candidate{c("a", 2, 10), c("pdb", 4, 5)},
+			candidates:   []reclaim.Candidate{c("a", 2, 10), c("pdb", 4, 5)},
 			refuse:       []string{"pdb"},
 			gpus:         5,
 			wantAttempts: []string{"ml/pdb", "ml/a"},
 			wantEvicted:  []string{"ml/a"},
 			wantOwed:     3,
 			wantErrs:     1,
-			wantEvents:   []string{"ml/pdb " + ReasonReclaimBlocked, "ml/a " + ReasonReclaimed},
+			wantEvents:   []string{"ml/pdb " + reclaim.ReasonReclaimBlocked, "ml/a " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "owed never goes negative",
-			candidates:   []Candidate{c("big", 8, 10)},
+			candidates:   []reclaim.Candidate{c("big", 8, 10)},
 			gpus:         2,
 			wantAttempts: []string{"ml/big"},
 			wantEvicted:  []string{"ml/big"},
-			wantEvents:   []string{"ml/big " + ReasonReclaimed},
+			wantEvents:   []string{"ml/big " + reclaim.ReasonReclaimed},
 		},
 		{
 			name:         "no candidates",
@@ -314,8 +316,8 @@ func TestTake(t *testing.T) {
 			}
 			cl := newCluster(t, stored, tt.refuse, tt.fail)
 
-			owe := []Owed{{Node: "node-1", GPUs: tt.gpus, Why: "node-1 must return GPUs"}}
-			evicted, stillOwed, errs := Take(owe, tt.candidates, func(c Candidate, o Owed) error {
+			owe := []reclaim.Owed{{Node: "node-1", GPUs: tt.gpus, Why: "node-1 must return GPUs"}}
+			evicted, stillOwed, errs := reclaim.Take(owe, tt.candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
 				return cl.evictor.Evict(context.Background(), c.Pod, o.Why)
 			})
 			var owed int64
@@ -378,31 +380,6 @@ func TestEvictCapsTheGracePeriod(t *testing.T) {
 	}
 }
 
-func TestReturning(t *testing.T) {
-	deleting := func(askedAgo, grace time.Duration) *v1.Pod {
-		p := pod("job", now.Add(-time.Hour), "")
-		p.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-askedAgo).Add(grace)))
-		p.DeletionGracePeriodSeconds = ptr.To(int64(grace / time.Second))
-		return p
-	}
-	for _, tt := range []struct {
-		name string
-		pod  *v1.Pod
-		want bool
-	}{
-		{"not terminating", pod("job", now, ""), false},
-		{"within its grace period", deleting(20*time.Second, 30*time.Second), true},
-		{"just past it, still being killed", deleting(33*time.Second, 30*time.Second), true},
-		{"stuck past its grace period (a finalizer)", deleting(10*time.Minute, 30*time.Second), false},
-		{"an hour's grace, asked 2 minutes ago: within the cap", deleting(110*time.Second, time.Hour), true},
-		{"an hour's grace, asked 3 minutes ago: past the cap, owed", deleting(3*time.Minute, time.Hour), false},
-	} {
-		if got := Returning(tt.pod, now, DefaultMaxGrace); got != tt.want {
-			t.Errorf("%s: Returning = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
 // A PodDisruptionBudget that never allows a disruption, or two that select
 // the same pod (which the API server refuses for ever), shields its pod only
 // for PDBWait: the refusal is reported once, and then the pod is deleted with
@@ -422,7 +399,7 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 					t.Fatalf("attempt %d: %v, want refused", i, err)
 				}
 			}
-			if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/" + name + " " + ReasonReclaimBlocked}) {
+			if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/" + name + " " + reclaim.ReasonReclaimBlocked}) {
 				t.Fatalf("events %v: the refusal is reported once", got)
 			}
 			clk.SetTime(now.Add(2 * time.Minute))
@@ -438,8 +415,8 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 			if deleted == nil || *deleted != 120 {
 				t.Fatalf("deleted with grace %v, want the capped 120 s", deleted)
 			}
-			if got := c.recorder.on[len(c.recorder.on)-1]; got != "ml/"+name+" "+ReasonReclaimForced {
-				t.Fatalf("last event %q, want %s", got, ReasonReclaimForced)
+			if got := c.recorder.on[len(c.recorder.on)-1]; got != "ml/"+name+" "+reclaim.ReasonReclaimForced {
+				t.Fatalf("last event %q, want %s", got, reclaim.ReasonReclaimForced)
 			}
 		})
 	}
@@ -460,11 +437,69 @@ func TestEvictCountsOnlyUnbrokenRefusals(t *testing.T) {
 			t.Fatalf("at %v: %v, want refused (the refusals of this run began at 10m)", at, err)
 		}
 	}
-	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + ReasonReclaimBlocked, "ml/shielded " + ReasonReclaimBlocked}) {
+	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + reclaim.ReasonReclaimBlocked, "ml/shielded " + reclaim.ReasonReclaimBlocked}) {
 		t.Fatalf("events %v: each run of refusals is reported once", got)
 	}
 	clk.SetTime(now.Add(12 * time.Minute))
 	if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
 		t.Fatalf("2 minutes into an unbroken run: %v, want the pod deleted", err)
 	}
+}
+
+var now = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+
+// pod is a best-effort pod in namespace ml, started at start.
+func pod(name string, start time.Time, _ string) *v1.Pod {
+	st := metav1.NewTime(start)
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Status: v1.PodStatus{StartTime: &st}}
+}
+
+// A PodDisruptionBudget refuses the cheapest pod: Take goes on to the next
+// cheapest unit, a whole gang, not the pricey pod.
+func TestTakeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
+	cands := []reclaim.Candidate{
+		member("blocked", "n1", "", 4, time.Minute),    // cheapest, but a PDB refuses
+		member("g-0", "n1", "train", 2, 3*time.Minute), // gang: 2 x 2 x 180 = 720
+		member("g-1", "n2", "train", 2, 3*time.Minute),
+		member("pricey", "n1", "", 4, time.Hour),
+	}
+	var pods []*v1.Pod
+	for _, c := range cands {
+		pods = append(pods, c.Pod)
+	}
+	c := newCluster(t, pods, []string{"blocked"}, nil)
+	evicted, stillOwed, errs := reclaim.Take([]reclaim.Owed{{Node: "n1", GPUs: 2, Why: "test"}}, cands, func(m reclaim.Candidate, o reclaim.Owed) error {
+		return c.evictor.Evict(context.Background(), m.Pod, o.Why)
+	})
+	owed := int64(len(stillOwed))
+	if got, want := c.evictions(t), []string{"ml/blocked", "ml/g-0", "ml/g-1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("evictions %v, want %v: after the refusal the whole gang, not the pricey pod", got, want)
+	}
+	if owed != 0 || len(evicted) != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "refused") {
+		t.Fatalf("evicted %v, owed %d, errs %v", names(evicted), owed, errs)
+	}
+	if !reflect.DeepEqual(c.recorder.on, []string{"ml/blocked " + reclaim.ReasonReclaimBlocked, "ml/g-0 " + reclaim.ReasonReclaimed, "ml/g-1 " + reclaim.ReasonReclaimed}) {
+		t.Fatalf("events %v", c.recorder.on)
+	}
+}
+
+// member is a best-effort pod of gpus GPUs on node, started an hour before
+// now, that last checkpointed ago before now, in the gang (PodGroup) when
+// gang is not empty.
+func member(name, node, gang string, gpus int64, ago time.Duration) reclaim.Candidate {
+	p := pod(name, now.Add(-time.Hour), "")
+	p.Spec.NodeName = node
+	p.Annotations = map[string]string{api.AnnotationLastCheckpoint: api.FormatTime(now.Add(-ago))}
+	if gang != "" {
+		p.Labels = map[string]string{api.LabelPodGroup: gang}
+	}
+	return reclaim.Candidate{Pod: p, GPUs: gpus, LostWork: reclaim.LostWork(p, gpus, now)}
+}
+
+func names(cs []reclaim.Candidate) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.Pod.Name)
+	}
+	return out
 }

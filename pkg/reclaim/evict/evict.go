@@ -1,4 +1,7 @@
-package reclaim
+// Package evict is the reclaimer's side that talks to the API: it evicts
+// the pods pkg/reclaim chooses through the Eviction API, with their grace
+// periods capped, and reads a gang's quorum from its PodGroup.
+package evict
 
 import (
 	"context"
@@ -16,17 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
-
-// ReasonReclaimed is the Event reason on an evicted best-effort pod.
-const ReasonReclaimed = "GleanerReclaimed"
-
-// ReasonReclaimBlocked is the Event reason when an eviction was refused (e.g. by a PodDisruptionBudget).
-const ReasonReclaimBlocked = "GleanerReclaimBlocked"
-
-// ReasonReclaimForced is the Event reason when a pod whose evictions were
-// refused for longer than the wait is deleted without the PDB check.
-const ReasonReclaimForced = "GleanerReclaimForced"
 
 // callTimeout bounds one eviction or deletion request.
 const callTimeout = 10 * time.Second
@@ -43,7 +38,7 @@ const callTimeout = 10 * time.Second
 type Evictor struct {
 	Client   kubernetes.Interface
 	Recorder record.EventRecorder
-	// MaxGrace caps the grace period of every eviction (0: DefaultMaxGrace).
+	// MaxGrace caps the grace period of every eviction (0: reclaim.DefaultMaxGrace).
 	MaxGrace time.Duration
 	// PDBWait is how long evictions of a pod may be refused before it is
 	// deleted without the budget's check (0: MaxGrace).
@@ -57,7 +52,7 @@ type Evictor struct {
 
 func (e *Evictor) maxGrace() time.Duration {
 	if e.MaxGrace <= 0 {
-		return DefaultMaxGrace
+		return reclaim.DefaultMaxGrace
 	}
 	return e.MaxGrace
 }
@@ -71,7 +66,7 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	// others, and the next round, are waiting.
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	grace := int64(CappedGrace(pod, e.maxGrace()) / time.Second)
+	grace := int64(reclaim.CappedGrace(pod, e.maxGrace()) / time.Second)
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace},
@@ -79,14 +74,14 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	err := e.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, eviction)
 	switch {
 	case err == nil:
-		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds to return GPUs to inference: %s", grace, why)
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds to return GPUs to inference: %s", grace, why)
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil
 	case RefusedByBudget(err):
 		since, first := e.refused(pod)
 		if first {
-			e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller tries other pods, and deletes this one without the budget's check if its evictions are still refused after %v", err, e.pdbWait())
+			e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimBlocked, "Eviction refused (%v); gleaner-controller tries other pods, and deletes this one without the budget's check if its evictions are still refused after %v", err, e.pdbWait())
 		}
 		if waited := e.now().Sub(since); waited >= e.pdbWait() {
 			return e.force(ctx, pod, grace, waited, why)
@@ -125,7 +120,7 @@ func (e *Evictor) force(ctx context.Context, pod *v1.Pod, grace int64, waited ti
 	}
 	e.forget(pod)
 	if err == nil {
-		e.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonReclaimForced, "Deleted by gleaner-controller with a grace period of %ds, without its PodDisruptionBudget's check: its evictions were refused for %v and inference needs the GPUs: %s", grace, waited.Round(time.Second), why)
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimForced, "Deleted by gleaner-controller with a grace period of %ds, without its PodDisruptionBudget's check: its evictions were refused for %v and inference needs the GPUs: %s", grace, waited.Round(time.Second), why)
 	}
 	return nil
 }

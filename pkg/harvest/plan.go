@@ -8,7 +8,7 @@ import (
 	"sort"
 )
 
-// Node is the planner's view of one node.
+// Node is one node as a plan sees it.
 type Node struct {
 	Name string
 	// InPool: the node carries the pool label, so Gleaner may lend it.
@@ -17,8 +17,8 @@ type Node struct {
 	Schedulable bool
 	// AllocatableGPUs is the node's allocatable GPU count.
 	AllocatableGPUs int64
-	// ReservedGPUs are requested by pods that are not best-effort (inference and anything else).
-	ReservedGPUs int64
+	// ServingGPUs are requested by pods that are not best-effort (inference and anything else).
+	ServingGPUs int64
 	// LentGPUs are held by best-effort pods.
 	LentGPUs int64
 	// ReturningGPUs are the part of LentGPUs held by best-effort pods already
@@ -34,14 +34,14 @@ type Node struct {
 	HostsInference bool
 }
 
-// Headroom asks the planner to keep room for whole inference replicas.
+// Headroom asks a plan to keep room for whole inference replicas.
 type Headroom struct {
 	Service        string
 	GPUsPerReplica int64
 	Replicas       int
 }
 
-// NodePlan is the planner's decision for one node.
+// NodePlan is the plan for one node.
 type NodePlan struct {
 	Verdict
 	// HeadroomGPUs are kept free on this node for inference replicas to scale into.
@@ -64,7 +64,7 @@ type Plan struct {
 
 // MakePlan computes, for every node:
 //
-//	free        = allocatable - GPUs reserved by pods that are not best-effort - stuck GPUs
+//	free        = allocatable - serving GPUs (held by pods that are not best-effort) - stuck GPUs
 //	harvestable = free - headroom placed on the node
 //
 // Headroom is placed one whole replica at a time (largest first), on a node whose
@@ -113,7 +113,7 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 	lendable := make([]home, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
-		free := n.AllocatableGPUs - n.ReservedGPUs - n.StuckGPUs
+		free := n.AllocatableGPUs - n.ServingGPUs - n.StuckGPUs
 		if !n.InPool || !n.Schedulable || free < 0 {
 			plans[i] = NodePlan{Verdict: Closed}
 			continue
