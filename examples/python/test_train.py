@@ -112,10 +112,13 @@ class TrainerTest(unittest.TestCase):
 
         with open(os.path.join(self.ckpt, "ckpt-000000050.pt"), "r+b") as f:
             f.truncate(100)  # torn, as if written in place and killed
+        with open(os.path.join(self.ckpt, ".ckpt-000000051.pt.tmp-99"), "wb") as f:
+            f.write(b"half a save")  # a save killed before its rename
         resumed = Run(self.ckpt, "--steps", "52", "--save-every", "10", "--keep", "2")
         self.assertEqual(resumed.finish(), 0, resumed.output())
         self.assertIn("skipping a checkpoint that does not load", resumed.output())
         self.assertEqual(resumed.steps()[0][0], 45)
+        self.assertNotIn(".ckpt-000000051.pt.tmp-99", os.listdir(self.ckpt))
 
     def test_a_notice_gets_one_checkpoint_timed_to_it(self):
         notice_file = os.path.join(self.tmp, "annotations")

@@ -92,6 +92,11 @@ class Checkpoints:
         self.directory = directory
         self.keep = keep
         os.makedirs(directory, exist_ok=True)
+        # A save killed half-way leaves its temporary file: never loaded, but
+        # as large as a checkpoint. One trainer writes here at a time.
+        for name in os.listdir(directory):
+            if name.startswith(".ckpt-") and ".pt.tmp-" in name:
+                os.unlink(os.path.join(directory, name))
 
     def _names(self):
         names = [n for n in os.listdir(self.directory) if n.startswith("ckpt-") and n.endswith(".pt")]
