@@ -214,7 +214,10 @@ func (s *submitOptions) preflight(ctx context.Context, c *clients, job *unstruct
 			Namespace: c.namespace, Verb: "create", Resource: "pods",
 		}},
 	}, metav1.CreateOptions{})
-	if err != nil || !review.Status.Allowed {
+	if err != nil {
+		return c.explain(err, "whether you may create pods", authorizationv1.SchemeGroupVersion.WithResource("selfsubjectaccessreviews"))
+	}
+	if !review.Status.Allowed {
 		fmt.Fprintln(s.streams.ErrOut, "note: you may not create pods yourself, so whether the cluster admits the job's pods is not checked before submitting")
 		return nil
 	}
