@@ -127,13 +127,16 @@ demo-check: build tools
 
 test: test-unit test-integration test-faults demo-check test-images test-perf
 
+# examples/python's trainer is tested with Debian's python3-torch, installed
+# with apt-get when missing (hack/ensure-torch.sh says so).
 test-unit:
-	$(GO) test -count=1 $(UNIT_PKGS)
+	PYTHON=$$(hack/ensure-torch.sh) GLEANER_REQUIRE_TORCH=1 $(GO) test -count=1 $(UNIT_PKGS)
 
 # TestConsole drives the web console in headless Chromium: Debian's package,
-# installed with apt-get when missing (hack/ensure-chromium.sh says so).
+# installed with apt-get when missing (hack/ensure-chromium.sh says so);
+# TestPythonTrainerKeepsTheContract runs examples/python with PyTorch (hack/ensure-torch.sh).
 test-integration:
-	CHROMIUM=$$(hack/ensure-chromium.sh) GLEANER_REQUIRE_BROWSER=1 INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh -skip '^TestFaults$$'
+	CHROMIUM=$$(hack/ensure-chromium.sh) GLEANER_REQUIRE_BROWSER=1 PYTHON=$$(hack/ensure-torch.sh) GLEANER_REQUIRE_TORCH=1 INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) hack/test-integration.sh -skip '^TestFaults$$'
 
 # The fault scenarios (test/integration/faults_test.go): the whole system
 # through a hostile tenant's and a bad day's faults, checking its invariants.

@@ -109,3 +109,61 @@ func TestJobsWatchResumes(t *testing.T) {
 		t.Errorf("printed %d times, want the first listing and one change:\n%s", n, errOut.String())
 	}
 }
+
+// describe takes a job's name as kubectl spells kinds, and as submit prints
+// it (job.batch/NAME).
+func TestFindJobTakesKubectlKinds(t *testing.T) {
+	jobs := []v1alpha1.Job{{Kind: "Job", Name: "train"}, {Kind: "PodGroup", Name: "train"}, {Kind: "Workflow", Name: "wf-x"}}
+	for ref, want := range map[string]string{
+		"job.batch/train": "Job", "Job/train": "Job", "jobs/train": "Job", "jobs.batch/train": "Job",
+		"PodGroup/train": "PodGroup", "podgroup.scheduling.x-k8s.io/train": "PodGroup", "pg/train": "PodGroup",
+		"workflow.argoproj.io/wf-x": "Workflow", "wf/wf-x": "Workflow", "wf-x": "Workflow",
+	} {
+		got, err := findJob(jobs, "research", ref)
+		if err != nil || got.Kind != want {
+			t.Errorf("%s: %+v, %v; want the %s", ref, got, err, want)
+		}
+	}
+	for ref, says := range map[string]string{
+		"train":             `"train" names 2 jobs: say which, one of Job/train, PodGroup/train`,
+		"deployment/train":  `no best-effort job "deployment/train"`,
+		"job.batch/another": `no best-effort job "job.batch/another"`,
+	} {
+		if _, err := findJob(jobs, "research", ref); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: %v, want %q", ref, err, says)
+		}
+	}
+}
+
+func TestRefusalSaysWhatToChange(t *testing.T) {
+	got := refusal(`Error creating: pods "train-x7k2p" is forbidden: ValidatingAdmissionPolicy 'gleaner-best-effort-grace' with binding 'gleaner-best-effort-grace' denied request: a gleaner-best-effort pod's terminationGracePeriodSeconds is at most 120: a reclaim gives it no longer to checkpoint`)
+	if want := "the cluster refuses its pods: a gleaner-best-effort pod's terminationGracePeriodSeconds is at most 120: a reclaim gives it no longer to checkpoint"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	got = refusal(`Error creating: pods "train-x7k2p" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=4`)
+	if !strings.HasSuffix(got, `is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=4`) {
+		t.Errorf("a quota's refusal: %q", got)
+	}
+}
+
+func TestSubmitCheckpointFlags(t *testing.T) {
+	for _, c := range []struct {
+		s    submitOptions
+		says string
+	}{
+		{submitOptions{checkpointPVC: "ckpt", checkpointURI: "s3://b/p", checkpointDir: "/ckpt"}, "choose one"},
+		{submitOptions{checkpointPVC: "Bad_Name", checkpointDir: "/ckpt"}, `--checkpoint-pvc "Bad_Name" is not a PersistentVolumeClaim name`},
+		{submitOptions{checkpointPVC: "ckpt", checkpointDir: "ckpt"}, `--checkpoint-dir "ckpt": want an absolute directory`},
+		{submitOptions{checkpointPVC: "ckpt", checkpointDir: "/etc"}, `--checkpoint-dir "/etc"`},
+		{submitOptions{checkpointPVC: "ckpt", checkpointDir: "/etc/podinfo/x"}, `--checkpoint-dir "/etc/podinfo/x"`},
+		{submitOptions{checkpointDir: "/data", checkpointDirSet: true}, "give --checkpoint-pvc too"},
+		{submitOptions{checkpointURI: "my-bucket/llama", checkpointDir: "/ckpt"}, "want SCHEME://BUCKET/PREFIX"},
+		{submitOptions{checkpointPVC: "ckpt", checkpointDir: "/data/ckpt/", checkpointDirSet: true}, ""},
+		{submitOptions{checkpointURI: "s3://my-bucket/llama", checkpointDir: "/ckpt"}, ""},
+	} {
+		err := c.s.checkCheckpointFlags()
+		if (c.says == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("%+v: %v, want %q", c.s, err, c.says)
+		}
+	}
+}

@@ -284,7 +284,7 @@ func (c *console) job(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	job, err := findJob(v.Report, ns, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
+	job, err := findJob(reportJobs(v.Report), ns, r.URL.Query().Get("kind")+"/"+r.URL.Query().Get("name"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return

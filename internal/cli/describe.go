@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ checkpoint, each reclaim notice, each eviction and which inference service
 needed the GPUs, each resume, the end). The timeline lasts as long as the
 job's record, not an hour as Events do.`,
 		Example: `  kubectl gleaner describe train-llama
+  kubectl gleaner describe job.batch/train-llama      # as submit names it
   kubectl gleaner describe Workflow/pipeline-x7k2p -n research`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,7 +58,9 @@ func (d *describeOptions) run(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	job, err := findJob(report, c.namespace, ref)
+	jobs := reportJobs(report)
+	jobs = append(slices.Clone(jobs), c.refusedJobs(ctx, jobs)...)
+	job, err := findJob(jobs, c.namespace, ref)
 	if err != nil {
 		return err
 	}
@@ -80,18 +84,20 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// findJob finds NAME or KIND/NAME among the report's jobs.
-func findJob(report *v1alpha1.HarvestReport, ns, ref string) (v1alpha1.Job, error) {
+// findJob finds NAME or KIND/NAME among the jobs. KIND is spelt as kubectl
+// spells it, or as submit prints it: Job, jobs, job.batch, PodGroup,
+// podgroup.scheduling.x-k8s.io, Workflow, wf, pod...
+func findJob(jobs []v1alpha1.Job, ns, ref string) (v1alpha1.Job, error) {
 	kind, name, hasKind := strings.Cut(ref, "/")
 	if !hasKind {
 		kind, name = "", ref
 	}
-	if report == nil {
+	if len(jobs) == 0 {
 		return v1alpha1.Job{}, fmt.Errorf("no best-effort job %q in namespace %s: it has run none yet", ref, ns)
 	}
 	var found []v1alpha1.Job
-	for _, j := range report.Status.Jobs {
-		if j.Name == name && (kind == "" || strings.EqualFold(j.Kind, kind)) {
+	for _, j := range jobs {
+		if j.Name == name && (kind == "" || sameKind(kind, j.Kind)) {
 			found = append(found, j)
 		}
 	}
@@ -106,6 +112,28 @@ func findJob(report *v1alpha1.HarvestReport, ns, ref string) (v1alpha1.Job, erro
 		refs = append(refs, j.Kind+"/"+j.Name)
 	}
 	return v1alpha1.Job{}, fmt.Errorf("%q names %d jobs: say which, one of %s", ref, len(found), strings.Join(refs, ", "))
+}
+
+// reportJobs are the jobs of a report; none when there is no report.
+func reportJobs(report *v1alpha1.HarvestReport) []v1alpha1.Job {
+	if report == nil {
+		return nil
+	}
+	return report.Status.Jobs
+}
+
+// kindAliases are kubectl's short names for the kinds jobs are filed under.
+var kindAliases = map[string]string{"po": "pod", "pg": "podgroup", "wf": "workflow"}
+
+// sameKind says whether ref (Kind, kind, kinds or kind.group, as kubectl
+// takes them) names kind.
+func sameKind(ref, kind string) bool {
+	ref, _, _ = strings.Cut(strings.ToLower(ref), ".")
+	kind = strings.ToLower(kind)
+	if a, ok := kindAliases[ref]; ok {
+		ref = a
+	}
+	return ref == kind || ref == kind+"s"
 }
 
 func (d *describeOptions) describe(w io.Writer, ns string, job v1alpha1.Job, pods []*v1.Pod, pool *v1alpha1.GPUPool) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/printers"
 
@@ -111,6 +114,7 @@ func (j *jobsOptions) print(ctx context.Context, c *clients) (string, error) {
 	if report != nil {
 		jobs, resourceVersion = report.Status.Jobs, report.ResourceVersion
 	}
+	jobs = append(slices.Clone(jobs), c.refusedJobs(ctx, jobs)...)
 	if j.output == "json" || j.output == "yaml" {
 		if jobs == nil {
 			jobs = []v1alpha1.Job{}
@@ -153,7 +157,11 @@ func (j *jobsOptions) table(w io.Writer, jobs []v1alpha1.Job, pods map[string][]
 		state := string(job.State)
 		why := explainJob(job, pods[job.Kind+"/"+job.Name], pool, j.now())
 		if why != "" && j.output != "wide" {
-			state += " (" + oneLine(why, 60) + ")"
+			width := 60
+			if job.State == jobRefused {
+				width = 120 // what to change is the whole point
+			}
+			state += " (" + oneLine(why, width) + ")"
 		}
 		var submitted *metav1.Time
 		if len(job.Timeline) > 0 {
@@ -192,6 +200,10 @@ func agoOrDash(age string) string {
 // wait (and when enough GPUs may open), when a noticed job will be evicted.
 func explainJob(job v1alpha1.Job, pods []*v1.Pod, pool *v1alpha1.GPUPool, now time.Time) string {
 	switch job.State {
+	case jobRefused:
+		if n := len(job.Timeline); n > 0 {
+			return job.Timeline[n-1].Message
+		}
 	case v1alpha1.JobCheckpointing:
 		if job.ReclaimNotice != nil {
 			return "reclaim expected " + until(job.ReclaimNotice.Time, now) + ": checkpoint now"
@@ -278,4 +290,109 @@ func whenEnough(st v1alpha1.GPUPoolStatus, gpus int64, now time.Time) string {
 		return "no forecast published"
 	}
 	return "not expected to open within 24h"
+}
+
+// A Job whose pods the cluster refuses to create (an admission policy such
+// as the grace cap, a quota) never has a pod, so gleaner-controller, which
+// follows pods, never reports it: kubectl gleaner finds it from the Job and
+// the Job controller's FailedCreate Events, and calls it Refused.
+const (
+	jobRefused   v1alpha1.JobState  = "Refused"
+	eventRefused v1alpha1.EventType = "Refused"
+)
+
+// refusedJobs returns the namespace's best-effort Jobs that have no pod
+// because the cluster refused to create them, and that the report does not
+// name. It is best effort: without the right to list Jobs or Events it
+// finds none.
+func (c *clients) refusedJobs(ctx context.Context, reported []v1alpha1.Job) []v1alpha1.Job {
+	list, err := c.kube.BatchV1().Jobs(c.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, j := range reported {
+		known[j.Kind+"/"+j.Name] = true
+	}
+	candidates := map[types.UID]v1alpha1.Job{}
+	for i := range list.Items {
+		j := &list.Items[i]
+		if j.Spec.Template.Spec.SchedulerName != api.SchedulerName || j.Status.Active+j.Status.Succeeded+j.Status.Failed > 0 {
+			continue
+		}
+		kind, name := "Job", j.Name
+		if g := j.Spec.Template.Labels[api.LabelPodGroup]; g != "" {
+			kind, name = "PodGroup", g
+		}
+		if known[kind+"/"+name] {
+			continue
+		}
+		pods := int64(1)
+		if j.Spec.Parallelism != nil {
+			pods = int64(*j.Spec.Parallelism)
+		}
+		candidates[j.UID] = v1alpha1.Job{Kind: kind, Name: name, State: jobRefused,
+			GPUs:     pods * templateGPUs(j.Spec.Template.Spec),
+			Timeline: []v1alpha1.JobEvent{{Time: j.CreationTimestamp, Type: v1alpha1.EventSubmitted}}}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	events, err := c.kube.CoreV1().Events(c.namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.kind": "Job", "reason": "FailedCreate"}.AsSelector().String(),
+	})
+	if err != nil {
+		return nil
+	}
+	latest := map[types.UID]v1alpha1.JobEvent{}
+	for _, e := range events.Items {
+		if _, ok := candidates[e.InvolvedObject.UID]; !ok {
+			continue
+		}
+		at := e.LastTimestamp
+		if at.IsZero() {
+			at = metav1.Time{Time: e.EventTime.Time}
+		}
+		if at.IsZero() {
+			at = e.CreationTimestamp
+		}
+		if prev, ok := latest[e.InvolvedObject.UID]; !ok || at.After(prev.Time.Time) {
+			latest[e.InvolvedObject.UID] = v1alpha1.JobEvent{Time: at, Type: eventRefused, Message: refusal(e.Message)}
+		}
+	}
+	var out []v1alpha1.Job
+	for uid, job := range candidates {
+		if e, ok := latest[uid]; ok {
+			job.Timeline = append(job.Timeline, e)
+			out = append(out, job)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind+"/"+out[i].Name < out[j].Kind+"/"+out[j].Name })
+	return out
+}
+
+// templateGPUs are the GPUs one pod of a template asks for. A template's
+// limits are not copied into its requests (a pod's are, when it is made), so
+// either counts.
+func templateGPUs(spec v1.PodSpec) int64 {
+	var n int64
+	for _, c := range spec.Containers {
+		q, ok := c.Resources.Requests[api.GPUResource]
+		if !ok {
+			q = c.Resources.Limits[api.GPUResource]
+		}
+		n += q.Value()
+	}
+	return n
+}
+
+// refusal shortens the Job controller's "Error creating: pods "x-" is
+// forbidden: ValidatingAdmissionPolicy '...' with binding '...' denied
+// request: WHY" to what the user must change.
+func refusal(message string) string {
+	why := strings.TrimPrefix(message, "Error creating: ")
+	if _, after, ok := strings.Cut(why, "denied request: "); ok {
+		why = after
+	}
+	return "the cluster refuses its pods: " + why
 }

@@ -116,7 +116,9 @@ func (o *options) clients() (*clients, error) {
 	return &clients{dynamic: dyn, kube: kube, namespace: ns, host: cfg.Host}, nil
 }
 
-// explain turns an API error into what the user can do about it.
+// explain turns an API error into what the user can do about it. The API
+// error stays underneath (errors.As finds it), so a caller can still tell a
+// refusal from a missing object.
 func (c *clients) explain(err error, what string, gvr schema.GroupVersionResource) error {
 	if err == nil {
 		return nil
@@ -131,16 +133,25 @@ func (c *clients) explain(err error, what string, gvr schema.GroupVersionResourc
 		if gvr.Resource == v1alpha1.GPUPoolResource.Resource {
 			hint = " (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)"
 		}
-		return fmt.Errorf("you may not read %s%s: %s", what, hint, errMessage(err))
+		return &explained{fmt.Sprintf("you may not read %s%s: %s", what, hint, errMessage(err)), err}
 	case v1alpha1.NotServed(err):
-		return fmt.Errorf("Gleaner is not installed on this cluster: it serves no %s.%s API (see docs/install.md)", gvr.Resource, gvr.Group)
+		return &explained{fmt.Sprintf("Gleaner is not installed on this cluster: it serves no %s.%s API (see docs/install.md)", gvr.Resource, gvr.Group), err}
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%s not found: %s", what, errMessage(err))
+		return &explained{fmt.Sprintf("%s not found: %s", what, errMessage(err)), err}
 	case apierrors.IsUnauthorized(err):
-		return fmt.Errorf("the cluster does not know you (log in again, or check your kubeconfig's user): %s", errMessage(err))
+		return &explained{fmt.Sprintf("the cluster does not know you (log in again, or check your kubeconfig's user): %s", errMessage(err)), err}
 	}
 	return fmt.Errorf("reading %s: %w", what, err)
 }
+
+// explained is an API error said in the user's terms, the error kept beneath.
+type explained struct {
+	message string
+	err     error
+}
+
+func (e *explained) Error() string { return e.message }
+func (e *explained) Unwrap() error { return e.err }
 
 func errMessage(err error) string {
 	var st apierrors.APIStatus

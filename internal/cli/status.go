@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
@@ -57,9 +58,11 @@ func (s *statusOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pool, err := c.pool(ctx, s.pool)
-	if err != nil {
-		return err
+	// Without the pool (not granted gleaner-pool-reader, or no such pool)
+	// the namespace's own harvest is still worth showing, as the console does.
+	pool, poolErr := c.pool(ctx, s.pool)
+	if poolErr != nil && !apierrors.IsForbidden(poolErr) && (!apierrors.IsNotFound(poolErr) || v1alpha1.NotServed(poolErr)) {
+		return poolErr
 	}
 	var reports []v1alpha1.HarvestReport
 	if s.allNamespaces {
@@ -76,17 +79,28 @@ func (s *statusOptions) run(ctx context.Context) error {
 		}
 	}
 	if s.output == "json" || s.output == "yaml" {
-		return printObject(s.streams.Out, s.output, struct {
-			Pool    *v1alpha1.GPUPool        `json:"pool"`
-			Reports []v1alpha1.HarvestReport `json:"harvestReports"`
-		}{pool, reports})
+		out := struct {
+			Pool      *v1alpha1.GPUPool        `json:"pool"`
+			PoolError string                   `json:"poolError,omitempty"`
+			Reports   []v1alpha1.HarvestReport `json:"harvestReports"`
+		}{Pool: pool, Reports: reports}
+		if poolErr != nil {
+			out.PoolError = poolErr.Error()
+		}
+		return printObject(s.streams.Out, s.output, out)
 	}
 	w := s.streams.Out
-	s.printPool(w, pool)
+	if poolErr != nil {
+		fmt.Fprintf(w, "Pool %s: not shown: %s\n", s.pool, poolErr)
+	} else {
+		s.printPool(w, pool)
+	}
 	fmt.Fprintln(w)
 	s.printHarvest(w, c.namespace, reports)
-	fmt.Fprintln(w)
-	printOutlook(w, pool.Status, s.output == "wide")
+	if pool != nil {
+		fmt.Fprintln(w)
+		printOutlook(w, pool.Status, s.output == "wide")
+	}
 	return nil
 }
 

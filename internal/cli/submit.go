@@ -3,12 +3,16 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,6 +35,10 @@ var (
 // (the downward API keeps the file current): the reclaim notice.
 const podinfoDir = "/etc/podinfo"
 
+// defaultCheckpointDir is where --checkpoint-pvc mounts its claim unless
+// --checkpoint-dir says otherwise.
+const defaultCheckpointDir = "/ckpt"
+
 type submitOptions struct {
 	*options
 	output             string
@@ -40,6 +48,9 @@ type submitOptions struct {
 	gang               int32
 	grace              time.Duration
 	checkpointURI      string
+	checkpointPVC      string
+	checkpointDir      string
+	checkpointDirSet   bool
 	checkpointInterval time.Duration
 	env                []string
 	from               string
@@ -60,15 +71,28 @@ an eviction does not count as a failure (the Job makes the pod again and it
 resumes from its checkpoint), and its pods can read a reclaim notice from
 ` + podinfoDir + `/annotations.
 
+Checkpoints must outlive the pod: --checkpoint-pvc mounts a
+PersistentVolumeClaim at --checkpoint-dir (` + defaultCheckpointDir + `) and passes that
+directory as CHECKPOINT_DIR; --checkpoint-uri passes an object-store location
+the job writes to itself as CHECKPOINT_URI.
+
+Before creating anything, submit has the API server check (a dry run) that
+the cluster admits the job's pods: a grace period above the cluster's cap, a
+PriorityClass or ServiceAccount that does not exist is refused here, not
+later on every pod.
+
 With --gang N, the job is N pods that run together or not at all (a PodGroup
 and an Indexed Job of N completions). With --from workflowtemplate/NAME, it is
 a run of an Argo WorkflowTemplate with -p parameters instead.`,
 		Example: `  kubectl gleaner submit train-llama --image registry.example.com/me/train:1 --gpus 4 \
-      --checkpoint-uri s3://bucket/llama --checkpoint-interval 30m -- python train.py --epochs 3
+      --checkpoint-pvc llama-ckpt --checkpoint-interval 30m -- python3 train.py --steps 100000
+  kubectl gleaner submit sft --image registry.example.com/me/sft:1 --gpus 4 \
+      --checkpoint-uri s3://bucket/sft -- python3 sft.py
   kubectl gleaner submit pretrain --image registry.example.com/me/train:1 --gpus 8 --gang 4 -- torchrun train.py
   kubectl gleaner submit eval --image IMG --dry-run=client -o yaml
   kubectl gleaner submit --from workflowtemplate/gleaner-evaluation -p model=s3://m -p data=s3://d`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			s.checkpointDirSet = cmd.Flags().Changed("checkpoint-dir")
 			return s.run(cmd.Context(), args, cmd.ArgsLenAtDash())
 		},
 	}
@@ -78,8 +102,10 @@ a run of an Argo WorkflowTemplate with -p parameters instead.`,
 	f.StringVar(&s.image, "image", "", "Container image of the job's pods.")
 	f.Int64Var(&s.gpus, "gpus", 1, "GPUs each pod asks for.")
 	f.Int32Var(&s.gang, "gang", 0, "Run N pods together or not at all (a PodGroup of N); 0 for one pod.")
-	f.DurationVar(&s.grace, "grace", 120*time.Second, "Time the job gets to checkpoint after SIGTERM (the cluster caps it, 120s by default).")
-	f.StringVar(&s.checkpointURI, "checkpoint-uri", "", "Where the job keeps its checkpoints; passed as CHECKPOINT_URI.")
+	f.DurationVar(&s.grace, "grace", 120*time.Second, "Time the job gets to checkpoint after SIGTERM, at most the cluster's reclaim grace cap (120s unless the admin changed it): submit refuses more.")
+	f.StringVar(&s.checkpointURI, "checkpoint-uri", "", "Object-store location (e.g. s3://bucket/run) the job keeps its checkpoints in itself; passed as CHECKPOINT_URI.")
+	f.StringVar(&s.checkpointPVC, "checkpoint-pvc", "", "PersistentVolumeClaim to keep checkpoints on: mounted at --checkpoint-dir, which is passed as CHECKPOINT_DIR.")
+	f.StringVar(&s.checkpointDir, "checkpoint-dir", defaultCheckpointDir, "Where --checkpoint-pvc is mounted in the job's containers.")
 	f.DurationVar(&s.checkpointInterval, "checkpoint-interval", 0, "How long the job runs between checkpoints: Gleaner places it where GPUs are likely to stay that long.")
 	f.StringArrayVarP(&s.env, "env", "e", nil, "Environment variable NAME=VALUE of the job's pods (repeatable).")
 	f.StringVar(&s.from, "from", "", "workflowtemplate/NAME: submit a run of this Argo WorkflowTemplate instead.")
@@ -111,6 +137,9 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 	if err != nil {
 		return err
 	}
+	if s.from == "" && s.checkpointPVC == "" && s.checkpointURI == "" {
+		fmt.Fprintln(s.streams.ErrOut, "warning: no --checkpoint-pvc or --checkpoint-uri: unless the job keeps its checkpoints elsewhere, they are lost with each evicted pod")
+	}
 	if s.dryRun == "client" {
 		list := map[string]any{"apiVersion": "v1", "kind": "List", "items": objs}
 		if s.output == "" {
@@ -120,6 +149,11 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 			return nil
 		}
 		return printObject(s.streams.Out, s.output, list)
+	}
+	if s.from == "" {
+		if err := s.preflight(ctx, c, objs[len(objs)-1]); err != nil {
+			return err
+		}
 	}
 	opts := metav1.CreateOptions{FieldManager: "kubectl-gleaner", FieldValidation: "Strict"}
 	if s.dryRun == "server" {
@@ -157,6 +191,56 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 	}
 	fmt.Fprintf(s.streams.Out, "Follow it: kubectl gleaner jobs -n %s --watch; kubectl gleaner describe %s -n %s\n", c.namespace, ref, c.namespace)
 	return nil
+}
+
+// preflight checks, before anything is created, what would otherwise fail
+// later on every pod the Job makes: that the checkpoint claim exists, and
+// that the cluster admits a pod of the Job's template (a dry run through the
+// API server's admission: Gleaner's policies, such as the grace cap, and the
+// cluster's own). A user who may not create pods directly cannot ask the
+// second; the Job is then created unchecked.
+func (s *submitOptions) preflight(ctx context.Context, c *clients, job *unstructured.Unstructured) error {
+	if s.checkpointPVC != "" {
+		_, err := c.kube.CoreV1().PersistentVolumeClaims(c.namespace).Get(ctx, s.checkpointPVC, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("--checkpoint-pvc %s: no such PersistentVolumeClaim in namespace %s: create it first (docs/researchers.md shows one)", s.checkpointPVC, c.namespace)
+		case err != nil && !apierrors.IsForbidden(err):
+			return c.explain(err, "PersistentVolumeClaim "+s.checkpointPVC, v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"))
+		}
+	}
+	review, err := c.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: c.namespace, Verb: "create", Resource: "pods",
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return c.explain(err, "whether you may create pods", authorizationv1.SchemeGroupVersion.WithResource("selfsubjectaccessreviews"))
+	}
+	if !review.Status.Allowed {
+		fmt.Fprintln(s.streams.ErrOut, "note: you may not create pods yourself, so whether the cluster admits the job's pods is not checked before submitting")
+		return nil
+	}
+	template, _, _ := unstructured.NestedMap(job.Object, "spec", "template")
+	pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "spec": template["spec"]}}
+	if meta, ok := template["metadata"].(map[string]any); ok {
+		pod.Object["metadata"] = meta
+	}
+	pod.SetGenerateName(job.GetName() + "-")
+	pod.SetNamespace(c.namespace)
+	_, err = c.dynamic.Resource(v1.SchemeGroupVersion.WithResource("pods")).Namespace(c.namespace).Create(ctx, pod,
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: "kubectl-gleaner"})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		hint := ""
+		if strings.Contains(errMessage(err), "terminationGracePeriodSeconds") {
+			hint = " (--grace sets it)"
+		}
+		return fmt.Errorf("the cluster would refuse the job's pods, so nothing was created: %s%s", errMessage(err), hint)
+	}
+	return c.explain(err, "whether the cluster admits the job's pods", v1.SchemeGroupVersion.WithResource("pods"))
 }
 
 // kindRef names an object's kind as kubectl does: kind.group, in lower case.
@@ -216,9 +300,26 @@ func (s *submitOptions) job(ns string, args []string, dash int) ([]*unstructured
 	if s.checkpointInterval < 0 || s.checkpointInterval > api.MaxCheckpointInterval {
 		return nil, fmt.Errorf("--checkpoint-interval %v: want between 0 and %v", s.checkpointInterval, api.MaxCheckpointInterval)
 	}
-	env := []v1.EnvVar{{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	if err := s.checkCheckpointFlags(); err != nil {
+		return nil, err
+	}
+	env := []v1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
 	if s.checkpointURI != "" {
 		env = append(env, v1.EnvVar{Name: "CHECKPOINT_URI", Value: s.checkpointURI})
+	}
+	mounts := []v1.VolumeMount{{Name: "podinfo", MountPath: podinfoDir, ReadOnly: true}}
+	volumes := []v1.Volume{{Name: "podinfo", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
+		Items: []v1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}},
+	}}}}
+	if s.checkpointPVC != "" {
+		env = append(env, v1.EnvVar{Name: "CHECKPOINT_DIR", Value: s.checkpointDir})
+		mounts = append(mounts, v1.VolumeMount{Name: "checkpoints", MountPath: s.checkpointDir})
+		volumes = append(volumes, v1.Volume{Name: "checkpoints", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: s.checkpointPVC},
+		}})
 	}
 	for _, e := range s.env {
 		k, v, ok := strings.Cut(e, "=")
@@ -244,11 +345,9 @@ func (s *submitOptions) job(ns string, args []string, dash int) ([]*unstructured
 			Containers: []v1.Container{{
 				Name: "main", Image: s.image, Command: command, Env: env,
 				Resources:    v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceName(s.gpuResource): *gpus}},
-				VolumeMounts: []v1.VolumeMount{{Name: "podinfo", MountPath: podinfoDir, ReadOnly: true}},
+				VolumeMounts: mounts,
 			}},
-			Volumes: []v1.Volume{{Name: "podinfo", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
-				Items: []v1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}},
-			}}}},
+			Volumes: volumes,
 		},
 	}
 	job := &batchv1.Job{
@@ -284,6 +383,33 @@ func (s *submitOptions) job(ns string, args []string, dash int) ([]*unstructured
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
 	return append(out, &unstructured.Unstructured{Object: u}), nil
+}
+
+// checkCheckpointFlags checks where the job's checkpoints are to live.
+func (s *submitOptions) checkCheckpointFlags() error {
+	if s.checkpointPVC != "" && s.checkpointURI != "" {
+		return fmt.Errorf("--checkpoint-pvc and --checkpoint-uri name two places for the checkpoints: choose one")
+	}
+	if s.checkpointPVC != "" {
+		if errs := validation.IsDNS1123Subdomain(s.checkpointPVC); len(errs) > 0 {
+			return fmt.Errorf("--checkpoint-pvc %q is not a PersistentVolumeClaim name: %s", s.checkpointPVC, strings.Join(errs, "; "))
+		}
+	}
+	if s.checkpointDirSet && s.checkpointPVC == "" {
+		return fmt.Errorf("--checkpoint-dir is where --checkpoint-pvc is mounted: give --checkpoint-pvc too")
+	}
+	dir := path.Clean(s.checkpointDir)
+	if !path.IsAbs(s.checkpointDir) || dir == "/" || dir == podinfoDir || strings.HasPrefix(dir, podinfoDir+"/") || strings.HasPrefix(podinfoDir, dir+"/") {
+		return fmt.Errorf("--checkpoint-dir %q: want an absolute directory of its own (not /, and neither %s nor a directory in or above it)", s.checkpointDir, podinfoDir)
+	}
+	s.checkpointDir = dir
+	if s.checkpointURI != "" {
+		u, err := url.Parse(s.checkpointURI)
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("--checkpoint-uri %q: want SCHEME://BUCKET/PREFIX, e.g. s3://my-bucket/llama (for a volume, use --checkpoint-pvc)", s.checkpointURI)
+		}
+	}
+	return nil
 }
 
 func toAny(m map[string]string) map[string]any {

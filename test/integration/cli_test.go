@@ -12,13 +12,19 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/restmapper"
+	jobcontroller "k8s.io/kubernetes/pkg/controller/job"
 
 	"github.com/gleaner-dev/gleaner/internal/cli"
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -142,6 +148,9 @@ func TestKubectlGleaner(t *testing.T) {
 
 	t.Run("submit", func(t *testing.T) {
 		installPodGroupCRD(t, cp)
+		// submit has the API server admit a pod of the Job before creating it:
+		// the PriorityClasses must exist.
+		(&harvestEnv{t: t, client: cp.client}).installPriorityClasses()
 		code, stdout, stderr := kubectlGleaner(t, cp, "submit", "train-llama", "-n", researchNS, "--image", "registry.example.com/me/train:1",
 			"--gpus", "2", "--checkpoint-uri", "s3://bucket/llama", "--checkpoint-interval", "30m", "-e", "EPOCHS=3", "--", "python", "train.py")
 		if code != 0 || !strings.Contains(stdout, "job.batch/train-llama created") || !strings.Contains(stdout, "kubectl gleaner describe Job/train-llama") {
@@ -202,6 +211,8 @@ func TestKubectlGleaner(t *testing.T) {
 			{[]string{"submit", "--from", "job/t"}, "want workflowtemplate/NAME"},
 			{[]string{"submit", "-n", researchNS, "--from", "workflowtemplate/t"}, "this cluster serves no Argo Workflows"},
 			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--as", "bob"}, "you may not"},
+			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--checkpoint-pvc", "missing"}, "--checkpoint-pvc missing: no such PersistentVolumeClaim in namespace research"},
+			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--checkpoint-uri", "my-bucket"}, `--checkpoint-uri "my-bucket": want SCHEME://BUCKET/PREFIX`},
 		} {
 			code, _, stderr := kubectlGleaner(t, cp, c.args...)
 			if code != 1 || !strings.Contains(stderr, c.says) {
@@ -210,12 +221,37 @@ func TestKubectlGleaner(t *testing.T) {
 		}
 	})
 
+	t.Run("submit refuses what the cluster would refuse", func(t *testing.T) {
+		submitRefusesWhatTheClusterRefuses(t, cp)
+	})
+
+	t.Run("status without the pool reader", func(t *testing.T) {
+		// carol may read research's report but was not granted the pool:
+		// status shows her harvest and says what it leaves out, as the
+		// console does.
+		grantReportReader(t, cp, "carol")
+		code, stdout, stderr := kubectlGleaner(t, cp, "status", "-n", researchNS, "--as", "carol")
+		if code != 0 || !strings.Contains(stdout, "Pool inference: not shown: you may not read GPUPool inference (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)") ||
+			!strings.Contains(stdout, "\nresearch ") || strings.Contains(stdout, "Lendable GPUs") {
+			t.Errorf("status without the pool reader: exit %d\n%s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr = kubectlGleaner(t, cp, "status", "-n", researchNS, "--as", "carol", "-o", "json")
+		var got struct {
+			Pool      *v1alpha1.GPUPool        `json:"pool"`
+			PoolError string                   `json:"poolError"`
+			Reports   []v1alpha1.HarvestReport `json:"harvestReports"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &got); code != 0 || err != nil || got.Pool != nil || !strings.Contains(got.PoolError, "gleaner-pool-reader") || len(got.Reports) != 1 {
+			t.Errorf("status -o json without the pool reader: exit %d, %v: %+v\n%s", code, err, got, stderr)
+		}
+	})
+
 	t.Run("errors a user can act on", func(t *testing.T) {
 		for _, c := range []struct {
 			args []string
 			says string
 		}{
-			{[]string{"status", "--as", "bob"}, "ask your cluster admin to grant you the ClusterRole gleaner-pool-reader"},
+			{[]string{"status", "--as", "bob"}, "you may not read the HarvestReport of namespace default"},
 			{[]string{"jobs", "-n", researchNS, "--as", "bob"}, "you may not read the HarvestReport of namespace research"},
 			{[]string{"describe", "nothing-like-it", "-n", researchNS}, `no best-effort job "nothing-like-it" in namespace research`},
 			{[]string{"jobs", "-o", "table"}, `--output "table": want json, yaml or wide`},
@@ -227,6 +263,85 @@ func TestKubectlGleaner(t *testing.T) {
 			}
 		}
 	})
+}
+
+// grantReportReader lets user read research's HarvestReports, and nothing of the pool.
+func grantReportReader(t *testing.T, cp *controlPlane, user string) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "report-reader"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{v1alpha1.Group}, Resources: []string{"harvestreports"}, Verbs: []string{"get", "list", "watch"},
+	}}}
+	if _, err := cp.client.RbacV1().Roles(researchNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "report-reader-" + user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}},
+	}
+	if _, err := cp.client.RbacV1().RoleBindings(researchNS).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// submitRefusesWhatTheClusterRefuses: with Gleaner's admission policies
+// installed, a grace period above the cap is refused at submit, creating
+// nothing; a Job made with one anyway (by hand, or before the admin lowered
+// the cap) has every pod refused, and jobs and describe say so and why.
+func submitRefusesWhatTheClusterRefuses(t *testing.T, cp *controlPlane) {
+	ctx := context.Background()
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
+	for _, obj := range readRepoObjects(t, "manifests/base/admission/policies.yaml") {
+		if err := applyStrict(ctx, cp, mapper, obj); err != nil {
+			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	// A policy takes effect a moment after it is created.
+	eventually(t, 30*time.Second, "submit --grace 300s to be refused", func(context.Context) (bool, error) {
+		code, _, _ := kubectlGleaner(t, cp, "submit", "long-grace", "-n", researchNS, "--image", "i", "--grace", "300s", "--dry-run=server")
+		return code == 1, nil
+	})
+	code, stdout, stderr := kubectlGleaner(t, cp, "submit", "long-grace", "-n", researchNS, "--image", "i", "--grace", "300s")
+	if code != 1 || !strings.Contains(stderr, "the cluster would refuse the job's pods, so nothing was created") ||
+		!strings.Contains(stderr, "terminationGracePeriodSeconds is at most 120") || !strings.Contains(stderr, "(--grace sets it)") {
+		t.Errorf("submit --grace 300s: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := cp.client.BatchV1().Jobs(researchNS).Get(ctx, "long-grace", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("submit refused the job, yet it exists (%v)", err)
+	}
+
+	// The same Job made without submit: the Job controller's pods are refused.
+	code, stdout, stderr = kubectlGleaner(t, cp, "submit", "long-grace", "-n", researchNS, "--image", "i", "--gpus", "2", "--dry-run=client", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit --dry-run=client: exit %d: %s", code, stderr)
+	}
+	var list struct{ Items []batchv1.Job }
+	if err := json.Unmarshal([]byte(stdout), &list); err != nil || len(list.Items) != 1 {
+		t.Fatalf("submit --dry-run=client -o json: %v\n%s", err, stdout)
+	}
+	job := &list.Items[0]
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = new(int64(300))
+	if _, err := cp.client.BatchV1().Jobs(researchNS).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(cp.client, 0)
+	jc, err := jobcontroller.NewController(jctx, cp.client, factory.Core().V1().Pods(), factory.Batch().V1().Jobs(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(jctx.Done())
+	go jc.Run(jctx, 1)
+	eventually(t, 30*time.Second, "jobs to show long-grace refused", func(context.Context) (bool, error) {
+		code, stdout, stderr = kubectlGleaner(t, cp, "jobs", "-n", researchNS)
+		return code == 0 && strings.Contains(stdout, "Refused (the cluster refuses its pods: a gleaner-best-effort pod's terminationGracePeriodSeconds is at most 120"), nil
+	})
+	code, stdout, stderr = kubectlGleaner(t, cp, "describe", "job.batch/long-grace", "-n", researchNS)
+	if code != 0 || !strings.Contains(stdout, "State:") || !strings.Contains(stdout, "Refused: the cluster refuses its pods") || !strings.Contains(stdout, "2 (0 pods)") {
+		t.Errorf("describe job.batch/long-grace: exit %d\n%s%s", code, stdout, stderr)
+	}
 }
 
 // publishFixture installs Gleaner's CRDs and publishes a pool and research's
