@@ -123,6 +123,10 @@ func (c *Config) defaults() {
 	if c.InferenceNamespaceSelector == nil {
 		c.InferenceNamespaceSelector = labels.SelectorFromSet(labels.Set{api.LabelInferenceNamespace: "true"})
 	}
+	if c.Metrics.NamespaceSelector == nil {
+		// Scrape only what counts: a tenant's pods are not even read.
+		c.Metrics.NamespaceSelector = c.InferenceNamespaceSelector
+	}
 	if c.Metrics.Interval <= 0 {
 		c.Metrics.Interval = 5 * time.Second
 	}
