@@ -518,6 +518,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 			planning = true
 		}
 	}
+	errs = append(errs, c.capTerminations(ctx, o)...)
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
