@@ -312,7 +312,8 @@ func TestFaults(t *testing.T) {
 		for i := range 50 {
 			create(fmt.Sprintf("healthy-%03d", i), healthy())
 		}
-		// The informer gleaner-controller runs (which scrapes these too), on its own.
+		// The informer gleaner-controller runs, on its own (the controller
+		// itself leaves them alone: their namespace is not opted in).
 		inf := vllm.NewInformer(env.client, vllm.Options{Namespaces: []string{ns}, Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second})
 		ctx, cancel := context.WithCancel(env.ctx)
 		defer cancel()
@@ -344,7 +345,7 @@ func TestFaults(t *testing.T) {
 		if worst != 50 {
 			t.Fatalf("only %d of 50 healthy endpoints stayed fresh", worst)
 		}
-		// gleaner-controller, scraping them all, still plans: its heartbeat stays fresh.
+		// gleaner-controller still plans: its heartbeat stays fresh.
 		env.create(bestEffortPod("still-lending", 1))
 		env.waitBound(researchNS, "still-lending", 20*time.Second)
 		cancel()
@@ -352,6 +353,10 @@ func TestFaults(t *testing.T) {
 			env.deleteNow(ns, p.Name)
 		}
 		quiet(env)
+	})
+
+	scenario("a tenant's labelled pods in a namespace not opted in are never scraped", func(t *testing.T) {
+		squatting(t, env.in(t), func() { env.startControllerWith(usual) })
 	})
 
 	scenario("Node writes failing or hanging stop all lending within the heartbeat timeout", func(t *testing.T) {
