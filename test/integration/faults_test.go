@@ -115,6 +115,11 @@ func TestFaults(t *testing.T) {
 		env.deleteNow(researchNS, "lent-b")
 	})
 
+	scenario("no path but gleaner-scheduler's puts a pod on the pool's GPUs", func(t *testing.T) {
+		poolPaths(t, env.in(t))
+		quiet(env)
+	})
+
 	scenario("a tenant's hour-long grace period is capped", func(t *testing.T) {
 		env := env.in(t)
 		lendOnGPUA(env, "slow", 3600)

@@ -274,17 +274,43 @@ func TestInstall(t *testing.T) {
 					Containers: []v1.Container{{Name: "c", Image: "x", Resources: v1.ResourceRequirements{Requests: gpus(1), Limits: gpus(1)}}}},
 			}
 		}
+		// offPool keeps a pod off the pool's nodes; onNode creates it there;
+		// toPool asks a scheduler for the pool.
+		offPool := func(p *v1.Pod) *v1.Pod {
+			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+					{Key: api.LabelPool, Operator: v1.NodeSelectorOpNotIn, Values: []string{api.PoolInference}}}}}}}}
+			return p
+		}
+		onNode := func(p *v1.Pod, node string) *v1.Pod { p.Spec.NodeName = node; return p }
+		toPool := func(p *v1.Pod) *v1.Pod {
+			p.Spec.NodeSelector = map[string]string{api.LabelPool: api.PoolInference}
+			return p
+		}
+		noGPUs := func(p *v1.Pod) *v1.Pod { p.Spec.Containers[0].Resources = v1.ResourceRequirements{}; return p }
+		const poolGPUs = "reaches the pool (nodes labelled gleaner.dev/pool=inference) only through gleaner-scheduler as best-effort"
 		tests := []struct {
 			name string
 			pod  *v1.Pod
 			deny string // "" for allowed
 		}{
-			{"inference priority in a tenant namespace", pod("vap-tenant", api.PriorityClassInference, "", 30), "gleaner-inference is for namespaces the cluster admin labels"},
+			{"inference priority in a tenant namespace", offPool(pod("vap-tenant", api.PriorityClassInference, "", 30)), "gleaner-inference is for namespaces the cluster admin labels"},
 			{"inference priority where the admin opted in", pod("vap-serving", api.PriorityClassInference, api.SchedulerName, 30), ""},
+			{"inference on the default scheduler, created on a pool node", onNode(pod("vap-serving", api.PriorityClassInference, "", 30), "vap-node"), ""},
 			{"a best-effort pod asking for an hour's grace", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 3600), "terminationGracePeriodSeconds is at most 120"},
 			{"a best-effort pod within the grace cap", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 120), ""},
-			{"an ordinary pod sent to gleaner-scheduler", pod("vap-tenant", "", api.SchedulerName, 30), "use priorityClassName gleaner-best-effort"},
-			{"an ordinary pod on the default scheduler", pod("vap-tenant", "", "", 3600), ""},
+			{"an ordinary pod sent to gleaner-scheduler", offPool(pod("vap-tenant", "", api.SchedulerName, 30)), "use priorityClassName gleaner-best-effort"},
+			// No path but gleaner-scheduler's takes a GPU pod onto the pool.
+			{"a best-effort pod sent to the default scheduler", pod("vap-tenant", api.PriorityClassBestEffort, "", 30), poolGPUs},
+			{"a best-effort pod sent to another scheduler", pod("vap-tenant", api.PriorityClassBestEffort, "other-scheduler", 30), poolGPUs},
+			{"a best-effort pod created on a pool node", onNode(pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 30), "vap-node"), poolGPUs},
+			{"an ordinary GPU pod on the default scheduler", pod("vap-tenant", "", "", 3600), poolGPUs},
+			{"an ordinary GPU pod asking the default scheduler for the pool", toPool(pod("vap-tenant", "", "", 30)), poolGPUs},
+			{"an ordinary GPU pod sent to another scheduler", pod("vap-tenant", "", "other-scheduler", 30), poolGPUs},
+			{"an ordinary GPU pod created on a pool node", onNode(pod("vap-tenant", "", "", 30), "vap-node"), poolGPUs},
+			{"an ordinary GPU pod kept off the pool", offPool(pod("vap-tenant", "", "other-scheduler", 3600)), ""},
+			{"an ordinary GPU pod kept off the pool, created on a node", onNode(offPool(pod("vap-tenant", "", "", 30)), "cpu-node"), ""},
+			{"an ordinary pod without GPUs, created on a pool node", onNode(noGPUs(pod("vap-tenant", "", "", 30)), "vap-node"), ""},
 		}
 		// try, once when it is to be allowed; when it is to be denied, again
 		// until it is or 20 s pass, since each policy takes effect once the
@@ -344,7 +370,7 @@ func TestInstall(t *testing.T) {
 			class string
 			deny  bool
 		}{{api.PriorityClassBestEffort, false}, {"", true}} {
-			p, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", tt.class, "", 30), metav1.CreateOptions{})
+			p, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", tt.class, "", 30)), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,11 +384,11 @@ func TestInstall(t *testing.T) {
 
 		// It may write a reclaim notice (annotation and condition) on a
 		// best-effort pod, nothing else, and on no other pod.
-		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", api.PriorityClassBestEffort, "", 30), metav1.CreateOptions{})
+		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", api.PriorityClassBestEffort, "", 30)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ordinary, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", "", "", 30), metav1.CreateOptions{})
+		ordinary, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", "", "", 30)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
