@@ -107,7 +107,9 @@ func resourceFor(cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMappe
 // two replicas of each component, as real processes with their own
 // ServiceAccount tokens, from the rendered ConfigMap and flags.
 func TestInstall(t *testing.T) {
-	cp := startControlPlane(t, "--authorization-mode=RBAC")
+	// A kubelet's identity is what the Node authorizer and NodeRestriction
+	// know it as, as in a real cluster.
+	cp := startControlPlane(t, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction")
 	ctx := context.Background()
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
 	objs := renderInstall(t)
@@ -364,6 +366,11 @@ func TestInstall(t *testing.T) {
 				t.Errorf("gleaner-controller patching %s: %v, want denied", body, err)
 			}
 		}
+
+		// A kubelet may write its own Node (NodeRestriction keeps it to its
+		// own, and off the kubernetes.io labels), but not its verdict; nor may
+		// anyone but gleaner-controller, though anyone may remove it.
+		nodeVerdicts(t, ctx, cp, try)
 
 		// It may delete a best-effort pod, and no other.
 		for _, tt := range []struct {
