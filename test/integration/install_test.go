@@ -502,16 +502,17 @@ func TestInstall(t *testing.T) {
 	})
 }
 
-// inClusterConsole installs the chart's console for one namespace, checks its
-// ServiceAccount may read that namespace's jobs and the pool and nothing
-// more, and runs the Deployment's command with that ServiceAccount's token:
-// it serves the namespace's page, and no other namespace's.
+// inClusterConsole installs the chart's console for one namespace, with the
+// cluster's authentication, checks its ServiceAccount may read that
+// namespace's jobs and the pool and nothing more, and runs the Deployment's
+// command with that ServiceAccount's token: it serves the namespace's page to
+// a user who may view that namespace, and nothing to anyone else.
 func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper) {
 	const served, other = "console-research", "console-vision"
 	createNamespace(t, cp.client, served)
 	createNamespace(t, cp.client, other)
 	c, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"),
-		map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{served}}}, api.SystemNamespace)
+		map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{served}, "authentication": map[string]any{"enabled": true}}}, api.SystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,8 +601,27 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		}
 	}()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	get := func(path string) (int, string) {
-		resp, err := http.Get(base + path)
+	// A reader may view the served namespace (the view role's share,
+	// gleaner-harvestreport-viewer); a stranger may view nothing.
+	for _, sa := range []string{"console-reader", "console-stranger"} {
+		if _, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cp.client.RbacV1().RoleBindings(served).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "console-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gleaner-harvestreport-viewer"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "console-reader", Namespace: api.SystemNamespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reader, stranger := serviceAccountToken(t, cp, "console-reader"), serviceAccountToken(t, cp, "console-stranger")
+	getAs := func(token, path string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -609,6 +629,7 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
+	get := func(path string) (int, string) { return getAs(reader, path) }
 	eventually(t, 30*time.Second, "the console to serve /healthz", func(context.Context) (bool, error) {
 		select {
 		case code := <-done:
@@ -616,11 +637,31 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 			return false, fmt.Errorf("the console exited %d:\n%s", code, out.String())
 		default:
 		}
-		code, _ := get("/healthz")
+		code, _ := getAs("", "/healthz")
+		return code == http.StatusOK, nil
+	})
+	// The RBAC authorizer sees the new bindings through its informers.
+	eventually(t, 20*time.Second, "the console to serve the reader", func(context.Context) (bool, error) {
+		code, _ := get("/")
 		return code == http.StatusOK, nil
 	})
 	if code, body := get("/"); code != http.StatusOK || !strings.Contains(body, "pretrain-in-cluster") || !strings.Contains(body, "namespace "+served) {
 		t.Errorf("the console's page: %d\n%s", code, body)
+	}
+	for _, tt := range []struct {
+		who, token, path string
+		want             int
+	}{
+		{"no token", "", "/", http.StatusUnauthorized},
+		{"no token", "", "/events", http.StatusUnauthorized},
+		{"no token", "", "/live?namespace=" + other, http.StatusUnauthorized},
+		{"a token the cluster does not know", "not-a-token", "/", http.StatusUnauthorized},
+		{"a user who may not view the namespace", stranger, "/", http.StatusForbidden},
+		{"a user who may not view the namespace", stranger, "/job?kind=Job&name=pretrain-in-cluster", http.StatusForbidden},
+	} {
+		if code, body := getAs(tt.token, tt.path); code != tt.want || strings.Contains(body, "pretrain-in-cluster") {
+			t.Errorf("%s, GET %s: %d, want %d\n%s", tt.who, tt.path, code, tt.want, body)
+		}
 	}
 	if code, body := get("/live?namespace=" + other); code != http.StatusNotFound {
 		t.Errorf("the console serves namespace %s: %d\n%s", other, code, body)
