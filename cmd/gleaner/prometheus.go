@@ -21,6 +21,7 @@ type prometheusFlags struct {
 	basicAuthUser, basicAuthPassword   string
 	caFile, certFile, keyFile, sniName string
 	insecureSkipVerify                 bool
+	maxResponseBytes                   int64
 
 	from time.Time // the history's start, once read
 }
@@ -40,6 +41,7 @@ func (p *prometheusFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&p.keyFile, "tls-key-file", "", "With --prometheus: client certificate's key.")
 	f.StringVar(&p.sniName, "tls-server-name", "", "With --prometheus: the server name to verify instead of the URL's host.")
 	f.BoolVar(&p.insecureSkipVerify, "tls-insecure-skip-verify", false, "With --prometheus: do not verify the server's certificate.")
+	f.Int64Var(&p.maxResponseBytes, "prometheus-max-response-bytes", simulate.DefaultMaxResponseBytes, "With --prometheus: the largest answer read; a larger one is an error. Redirects are followed only within the URL's scheme and host, so the credentials go nowhere else.")
 }
 
 // read reads the fleet's history.
@@ -53,6 +55,9 @@ func (p *prometheusFlags) read(ctx context.Context) (*simulate.Fleet, []string, 
 		if to, err = time.Parse(time.RFC3339, p.until); err != nil {
 			return nil, nil, fmt.Errorf("--until %q: want an RFC 3339 time: %w", p.until, err)
 		}
+	}
+	if p.maxResponseBytes < 1 {
+		return nil, nil, fmt.Errorf("--prometheus-max-response-bytes %d: must be positive", p.maxResponseBytes)
 	}
 	if p.step < time.Minute {
 		return nil, nil, fmt.Errorf("--query-step %v: must be at least a minute", p.step)
@@ -83,5 +88,6 @@ func (p *prometheusFlags) read(ctx context.Context) (*simulate.Fleet, []string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return simulate.ReadPrometheus(ctx, simulate.PrometheusQuery{URL: p.url, RoundTripper: rt, From: p.from, To: to, Step: p.step, GroupBy: p.groupBy})
+	return simulate.ReadPrometheus(ctx, simulate.PrometheusQuery{URL: p.url, RoundTripper: rt, From: p.from, To: to, Step: p.step, GroupBy: p.groupBy,
+		MaxResponseBytes: p.maxResponseBytes})
 }

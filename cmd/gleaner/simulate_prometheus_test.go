@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +196,87 @@ func TestSimulatePrometheusErrors(t *testing.T) {
 	// The right token reads the history.
 	if _, stderr, code := gleaner(t, append(append([]string{"simulate"}, window...), "--prometheus", secured.URL, "--bearer-token-file", right)...); code != 0 {
 		t.Fatalf("with the right token: exit %d: %s", code, stderr)
+	}
+}
+
+// TestSimulatePrometheusKeepsCredentialsHome: the token or password goes only
+// to the server given. A redirect to another host, or from https to http, is
+// refused before anything reaches it; one within the server is followed; an
+// answer over the size cap is an error, not a process out of memory.
+func TestSimulatePrometheusKeepsCredentialsHome(t *testing.T) {
+	samples, _ := history()
+	prom := promtest.Start(t, samples)
+	prom.Token = "right"
+	var reached, credentials atomic.Int64
+	stranger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			credentials.Add(1)
+		}
+		http.NotFound(w, r)
+	}))
+	defer stranger.Close()
+	redirect := func(to string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, to+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		}
+	}
+	elsewhere := httptest.NewServer(redirect(stranger.URL))
+	defer elsewhere.Close()
+	downgrade := httptest.NewTLSServer(redirect("http://" + stranger.Listener.Addr().String()))
+	defer downgrade.Close()
+	// within moved its API under /prom, and says so.
+	promURL, _ := url.Parse(prom.URL)
+	proxy := httputil.NewSingleHostReverseProxy(promURL)
+	within := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/prom/"); ok {
+			r.URL.Path = "/" + rest
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		http.Redirect(w, r, "/prom"+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	defer within.Close()
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"matrix","result":[`)
+		for i := range 100_000 { // 5 MB of series, streamed
+			fmt.Fprintf(w, `{"metric":{"model_name":"m%d"},"values":[]},`, i)
+		}
+		fmt.Fprint(w, `{"metric":{},"values":[]}]}}`)
+	}))
+	defer huge.Close()
+
+	dir := t.TempDir()
+	token, password := filepath.Join(dir, "token"), filepath.Join(dir, "password")
+	for path, secret := range map[string]string{token: "right\n", password: "secret\n"} {
+		if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	window := []string{"simulate", "--since", "1d", "--until", historyUntil, "--days", "1", "--policy", "none"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // "" for success
+	}{
+		{"a redirect to another host", []string{"--prometheus", elsewhere.URL, "--bearer-token-file", token},
+			"refusing to follow a redirect from http://" + elsewhere.Listener.Addr().String() + " to http://" + stranger.Listener.Addr().String()},
+		{"a redirect from https to http", []string{"--prometheus", downgrade.URL, "--tls-insecure-skip-verify", "--basic-auth-user", "me", "--basic-auth-password-file", password},
+			"refusing to follow a redirect from https://"},
+		{"a redirect within the server", []string{"--prometheus", within.URL, "--bearer-token-file", token}, ""},
+		{"an answer over the cap", []string{"--prometheus", huge.URL, "--prometheus-max-response-bytes", "1048576"},
+			"the answer is larger than 1048576 bytes"},
+	} {
+		_, stderr, code := gleaner(t, append(window, tt.args...)...)
+		switch {
+		case tt.want == "" && code != 0:
+			t.Errorf("%s: exit %d: %s", tt.name, code, stderr)
+		case tt.want != "" && (code != 1 || !strings.Contains(stderr, tt.want)):
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and %q", tt.name, code, stderr, tt.want)
+		}
+	}
+	if n, c := reached.Load(), credentials.Load(); n != 0 {
+		t.Errorf("the server redirected to was reached %d times, %d with credentials", n, c)
 	}
 }

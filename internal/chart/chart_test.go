@@ -350,7 +350,7 @@ func TestConsoleValues(t *testing.T) {
 	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	ctr := containers[0].(map[string]any)
 	args, _, _ := unstructured.NestedStringSlice(ctr, "args")
-	if want := []string{"console", "--address=0.0.0.0", "--port=8080", "--namespaces=research,vision"}; !slices.Equal(args, want) {
+	if want := []string{"console", "--address=0.0.0.0", "--port=8080", "--namespaces=research,vision", "--max-pages-per-client=8"}; !slices.Equal(args, want) {
 		t.Errorf("the console's args %v, want %v", args, want)
 	}
 	if img, _, _ := unstructured.NestedString(ctr, "image"); img != "registry.example.com/ml/kubectl-gleaner:v9.9.9" {
@@ -397,6 +397,64 @@ func TestConsoleValues(t *testing.T) {
 		if strings.Contains(k, "console") {
 			t.Errorf("the console is off by default, yet %s renders", k)
 		}
+	}
+}
+
+// The console's guards: by default a NetworkPolicy lets nothing on the pod
+// network reach it, and it serves anyone who does; console.networkPolicy.from
+// opens its port to those peers alone, and console.authentication.enabled has
+// it ask the API server about every request, with the rights to.
+func TestConsoleGuardValues(t *testing.T) {
+	render := func(console map[string]any) map[string]*unstructured.Unstructured {
+		t.Helper()
+		console["enabled"], console["namespaces"] = true, []any{"research"}
+		c, err := RenderChart(chartDir, map[string]any{"console": console}, Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byKey(t, c)
+	}
+	args := func(objs map[string]*unstructured.Unstructured) []string {
+		containers, _, _ := unstructured.NestedSlice(objs["Deployment gleaner-system/gleaner-console"].Object, "spec", "template", "spec", "containers")
+		a, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		return a
+	}
+	defaults := render(map[string]any{})
+	np := defaults["NetworkPolicy gleaner-system/gleaner-console"]
+	if np == nil {
+		t.Fatal("no NetworkPolicy for the console by default")
+	}
+	if sel, _, _ := unstructured.NestedStringMap(np.Object, "spec", "podSelector", "matchLabels"); sel["app.kubernetes.io/name"] != "gleaner-console" {
+		t.Errorf("the NetworkPolicy selects %v", sel)
+	}
+	if ingress, found, _ := unstructured.NestedSlice(np.Object, "spec", "ingress"); !found || len(ingress) != 0 {
+		t.Errorf("the default NetworkPolicy admits %v, want nothing", ingress)
+	}
+	if slices.Contains(args(defaults), "--authenticate") || defaults["ClusterRoleBinding /gleaner-console-auth-delegator"] != nil {
+		t.Error("the console authenticates by default")
+	}
+
+	peer := map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "ingress-nginx"}}}
+	guarded := render(map[string]any{"authentication": map[string]any{"enabled": true}, "maxPagesPerClient": 3,
+		"networkPolicy": map[string]any{"from": []any{peer}}})
+	ingress, _, _ := unstructured.NestedSlice(guarded["NetworkPolicy gleaner-system/gleaner-console"].Object, "spec", "ingress")
+	if len(ingress) != 1 {
+		t.Fatalf("the NetworkPolicy's ingress %v, want one rule", ingress)
+	}
+	from, _, _ := unstructured.NestedSlice(ingress[0].(map[string]any), "from")
+	ports, _, _ := unstructured.NestedSlice(ingress[0].(map[string]any), "ports")
+	if len(from) != 1 || !reflect.DeepEqual(from[0], peer) || len(ports) != 1 || ports[0].(map[string]any)["port"] != "http" {
+		t.Errorf("the NetworkPolicy's rule admits %v on %v, want %v on the console's port", from, ports, peer)
+	}
+	if a := args(guarded); !slices.Contains(a, "--authenticate") || !slices.Contains(a, "--max-pages-per-client=3") {
+		t.Errorf("the console's args %v lack --authenticate and --max-pages-per-client=3", a)
+	}
+	crb := guarded["ClusterRoleBinding /gleaner-console-auth-delegator"]
+	if role, _, _ := unstructured.NestedString(crb.Object, "roleRef", "name"); role != "system:auth-delegator" {
+		t.Errorf("the console's reviews are granted by %q", role)
+	}
+	if none := render(map[string]any{"networkPolicy": map[string]any{"enabled": false}}); none["NetworkPolicy gleaner-system/gleaner-console"] != nil {
+		t.Error("console.networkPolicy.enabled=false still renders the NetworkPolicy")
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"cmp"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -44,6 +46,10 @@ type consoleOptions struct {
 	port       int
 	pool       string
 	namespaces []string
+	// authenticate asks the API server about every request's bearer token;
+	// perClient bounds each client's live pages.
+	authenticate bool
+	perClient    int
 }
 
 func newConsoleCommand(o *options) *cobra.Command {
@@ -59,7 +65,9 @@ It only reads; Ctrl-C stops it.
 
 With --namespaces it serves several namespaces, one page each (?namespace=),
 and nothing of any other: the form the chart deploys in-cluster, read-only,
-behind the admin's ingress (docs/install.md).`,
+behind the admin's ingress (docs/install.md). With --authenticate every
+request but /healthz must carry a bearer token that the cluster accepts, for
+a user it allows to read that namespace's HarvestReport.`,
 		Example: `  kubectl gleaner console -n research
   kubectl gleaner console --port 8090
   kubectl gleaner console --address 0.0.0.0 --port 8080 --namespaces research,vision`,
@@ -69,6 +77,8 @@ behind the admin's ingress (docs/install.md).`,
 	cmd.Flags().StringVar(&c.address, "address", "127.0.0.1", "Address to listen on. Anything but a loopback address shows your namespace to whoever reaches it.")
 	cmd.Flags().IntVar(&c.port, "port", 0, "Port to listen on; 0 picks a free one.")
 	cmd.Flags().StringSliceVar(&c.namespaces, "namespaces", nil, "Namespaces to serve, one page each (the first is the default page); empty: --namespace's.")
+	cmd.Flags().BoolVar(&c.authenticate, "authenticate", false, "Serve a page only to requests whose bearer token (Authorization: Bearer) the cluster authenticates (TokenReview), for a user it allows to get that namespace's HarvestReport (SubjectAccessReview). Needs create on tokenreviews and subjectaccessreviews.")
+	cmd.Flags().IntVar(&c.perClient, "max-pages-per-client", defaultStreamsPerClient, "Live pages one client may hold open: one user with --authenticate, else one address (all clients of a proxy count as one).")
 	poolFlag(cmd, &c.pool)
 	return cmd
 }
@@ -92,12 +102,18 @@ func (c *consoleOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--address %s --port %d: %w", c.address, c.port, err)
 	}
-	con := &console{clients: cl, pool: c.pool, namespaces: namespaces, now: c.now}
+	if c.perClient < 1 {
+		return fmt.Errorf("--max-pages-per-client %d: must be at least 1", c.perClient)
+	}
+	con := &console{clients: cl, pool: c.pool, namespaces: namespaces, now: c.now, guard: guard{perClient: c.perClient}}
+	if c.authenticate {
+		con.guard.reviewer = &reviewer{client: cl.kube, now: time.Now}
+	}
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() { defer close(watching); con.watch(watchCtx) }()
 	defer func() { stopWatching(); <-watching }()
-	srv := &http.Server{Handler: con.handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := con.guard.server(con.handler())
 	label := "namespace"
 	if len(namespaces) > 1 {
 		label = "namespaces"
@@ -143,20 +159,29 @@ type console struct {
 	namespaces []string
 	now        func() time.Time
 	changes    changes
+	guard      guard
 }
 
 // namespace is the namespace a request asks for (?namespace=, the first
-// served when empty); false, with a 404 written, when it is not served.
-func (c *console) namespace(w http.ResponseWriter, r *http.Request) (string, bool) {
+// served when empty), and the request as the guard let it through; false,
+// with the answer written, when the namespace is not served (404) or the
+// requester may not read it (401, 403).
+func (c *console) namespace(w http.ResponseWriter, r *http.Request) (*http.Request, string, bool) {
+	if c.guard.reviewer != nil && !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		// Which namespaces are served is not for the anonymous to learn.
+		r, ok := c.guard.authorize(w, r, "")
+		return r, "", ok
+	}
 	ns := r.URL.Query().Get("namespace")
 	if ns == "" {
-		return c.namespaces[0], true
+		ns = c.namespaces[0]
 	}
-	if slices.Contains(c.namespaces, ns) {
-		return ns, true
+	if !slices.Contains(c.namespaces, ns) {
+		http.Error(w, "this console does not serve namespace "+strconv.Quote(oneLine(ns, 63)), http.StatusNotFound)
+		return r, "", false
 	}
-	http.Error(w, "this console does not serve namespace "+strconv.Quote(oneLine(ns, 63)), http.StatusNotFound)
-	return "", false
+	r, ok := c.guard.authorize(w, r, ns)
+	return r, ns, ok
 }
 
 func (c *console) handler() http.Handler {
@@ -244,7 +269,7 @@ func (c *console) read(ctx context.Context, ns string) (view, error) {
 }
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, name string) {
-	ns, ok := c.namespace(w, r)
+	r, ns, ok := c.namespace(w, r)
 	if !ok {
 		return
 	}
@@ -275,7 +300,7 @@ func (c *console) live(w http.ResponseWriter, r *http.Request) { c.render(w, r, 
 // job serves one job's timeline, from the namespace's view: the timelines a
 // page reopens after each refresh cost the cluster nothing more.
 func (c *console) job(w http.ResponseWriter, r *http.Request) {
-	ns, ok := c.namespace(w, r)
+	r, ns, ok := c.namespace(w, r)
 	if !ok {
 		return
 	}
@@ -411,46 +436,70 @@ func (c *console) watch(ctx context.Context) {
 }
 
 // events tells the page when what it shows changed (server-sent events),
-// "changed" at most once a second; the page then fetches /live.
+// "changed" at most once a second; the page then fetches /live. Each client
+// holds at most the guard's share of the pages; each event must be written
+// within the write timeout (a client that stops reading loses its page), and
+// a stream ends after the stream lifetime (the page reconnects).
 func (c *console) events(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
-	ns, ok := c.namespace(w, r)
+	rc := http.NewResponseController(w)
+	r, ns, ok := c.namespace(w, r)
 	if !ok {
 		return
 	}
+	client := clientKey(r)
+	if !c.guard.openStream(client) {
+		http.Error(w, errTooManyStreams.Error(), http.StatusTooManyRequests)
+		return
+	}
+	defer c.guard.closeStream(client)
 	changed, ok := c.changes.subscribe(ns)
 	if !ok {
 		http.Error(w, "too many pages are open on this console; try again later", http.StatusServiceUnavailable)
 		return
 	}
 	defer c.changes.unsubscribe(changed)
+	// The server's write deadline runs from the request; each event gets a
+	// deadline of its own instead.
+	_, writeTimeout, _, lifetime := c.guard.timeouts()
+	send := func(text string) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		if _, err := io.WriteString(w, text); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	ctx := r.Context()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	fmt.Fprint(w, "retry: 2000\n\n")
-	flusher.Flush()
+	if !send("retry: 2000\n\n") {
+		return
+	}
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
+	end := time.NewTimer(lifetime)
+	defer end.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-end.C:
+			return
 		case <-keepalive.C:
-			fmt.Fprint(w, ": keepalive\n\n")
+			if !send(": keepalive\n\n") {
+				return
+			}
 		case <-changed:
-			fmt.Fprint(w, "event: changed\ndata: {}\n\n")
-			flusher.Flush()
+			if !send("event: changed\ndata: {}\n\n") {
+				return
+			}
 			select { // at most once a second
 			case <-ctx.Done():
 				return
 			case <-time.After(time.Second):
 			}
 		}
-		flusher.Flush()
 	}
 }
 

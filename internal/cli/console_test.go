@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -235,6 +236,124 @@ func TestConsoleWatchesOnceForManyPages(t *testing.T) {
 	for i, p := range append(research, vision...) {
 		if !got(p) {
 			t.Errorf("page %d did not hear the pool change", i)
+		}
+	}
+}
+
+// The console's guards against whoever reaches it, on a real server: one
+// client holds at most its share of the live pages, another client still
+// gets one; a live page outlives the read timeout but ends with its
+// lifetime, giving its slot back; a client that sends its headers slowly,
+// or keeps a connection idle, is cut off.
+func TestConsoleGuards(t *testing.T) {
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.GPUPoolResource: "GPUPoolList", v1alpha1.HarvestReportResource: "HarvestReportList"})
+	const timeout, lifetime = 300 * time.Millisecond, 1500 * time.Millisecond
+	c := &console{clients: &clients{dynamic: dyn, kube: kubefake.NewClientset(), namespace: "research"}, pool: "inference",
+		namespaces: []string{"research"}, now: time.Now,
+		guard: guard{perClient: 2, readTimeout: timeout, writeTimeout: timeout, idleTimeout: timeout, streamLifetime: lifetime}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := c.guard.server(c.handler())
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+
+	// from is an HTTP client whose connections come from a loopback address of its own.
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	type stream struct {
+		ended  chan struct{}
+		events chan string
+		start  time.Time
+	}
+	open := func(client *http.Client) (*stream, int) {
+		res, err := client.Get(base + "/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK {
+			res.Body.Close()
+			return nil, res.StatusCode
+		}
+		s := &stream{ended: make(chan struct{}), events: make(chan string, 10), start: time.Now()}
+		go func() {
+			defer close(s.ended)
+			defer res.Body.Close()
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+				if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+					s.events <- e
+				}
+			}
+		}()
+		return s, res.StatusCode
+	}
+	one, other := from("127.0.0.1"), from("127.0.0.2")
+	first, _ := open(one)
+	second, _ := open(one)
+	if _, code := open(one); code != http.StatusTooManyRequests {
+		t.Errorf("a third page from one client: %d, want 429", code)
+	}
+	if s, code := open(other); code != http.StatusOK {
+		t.Errorf("another client's page: %d, want 200", code)
+	} else {
+		defer func() { <-s.ended }()
+	}
+	// Past the read and write timeouts the pages are still open and hear a
+	// change; they end with their lifetime, and their slots come back.
+	time.Sleep(3 * timeout)
+	c.changes.changed("")
+	for i, s := range []*stream{first, second} {
+		select {
+		case <-s.events:
+		case <-s.ended:
+			t.Errorf("page %d ended after %v, before its lifetime", i, time.Since(s.start))
+		case <-time.After(time.Second):
+			t.Errorf("page %d did not hear a change %v after it opened", i, time.Since(s.start))
+		}
+	}
+	for i, s := range []*stream{first, second} {
+		select {
+		case <-s.ended:
+			if took := time.Since(s.start); took > lifetime+time.Second {
+				t.Errorf("page %d ended %v after it opened, lifetime %v", i, took, lifetime)
+			}
+		case <-time.After(lifetime + 2*time.Second):
+			t.Fatalf("page %d still open past its lifetime", i)
+		}
+	}
+	if s, code := open(one); code != http.StatusOK {
+		t.Errorf("a page once the first two ended: %d, want 200", code)
+	} else {
+		defer func() { <-s.ended }()
+	}
+
+	// Headers sent slowly, and a kept-alive connection left idle: both cut.
+	for _, tc := range []struct {
+		name  string
+		write string
+	}{
+		{"half a request's headers", "GET /healthz HTTP/1.1\r\nHost: x\r\n"},
+		{"an idle kept-alive connection", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := io.WriteString(conn, tc.write); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.Copy(io.Discard, conn) // the answer, if any, then the end
+		conn.Close()
+		if took := time.Since(start); err != nil || took > 2*time.Second {
+			t.Errorf("%s: closed after %v (%v), want within about %v", tc.name, took, err, timeout)
 		}
 	}
 }

@@ -125,6 +125,10 @@ func (c *Config) defaults() {
 	if c.InferenceNamespaceSelector == nil {
 		c.InferenceNamespaceSelector = labels.SelectorFromSet(labels.Set{api.LabelInferenceNamespace: "true"})
 	}
+	if c.Metrics.NamespaceSelector == nil {
+		// Scrape only what counts: a tenant's pods are not even read.
+		c.Metrics.NamespaceSelector = c.InferenceNamespaceSelector
+	}
 	if c.Metrics.Interval <= 0 {
 		c.Metrics.Interval = 5 * time.Second
 	}
@@ -516,6 +520,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 			planning = true
 		}
 	}
+	errs = append(errs, c.capTerminations(ctx, o)...)
 	if len(d.Reclaims) > 0 {
 		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
 			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {

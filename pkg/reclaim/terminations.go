@@ -101,3 +101,12 @@ func (t *Terminations) Returning(pod *v1.Pod, now time.Time, maxGrace time.Durat
 	}
 	return !now.After(t.AskedToStop(pod).Add(min(granted(pod), maxGrace)).Add(killSlack))
 }
+
+// OverGrace tells whether a terminating pod was granted a grace period
+// longer than maxGrace: by its owner (kubectl delete --grace-period=86400,
+// perhaps on receiving a notice), a drain, anyone. Its GPUs would come back
+// only after it, while Gleaner counts them as returning for maxGrace and then
+// as stuck, taking other tenants' GPUs in their place.
+func OverGrace(pod *v1.Pod, maxGrace time.Duration) bool {
+	return pod.DeletionTimestamp != nil && granted(pod) > maxGrace
+}

@@ -22,6 +22,10 @@ const ReasonReclaimBlocked = "GleanerReclaimBlocked"
 // refused for longer than the wait is deleted without the PDB check.
 const ReasonReclaimForced = "GleanerReclaimForced"
 
+// ReasonGraceCapped is the Event reason on a best-effort pod that was asked
+// to stop with a grace period over the cap and was asked again with the cap.
+const ReasonGraceCapped = "GleanerGraceCapped"
+
 // Candidate is a best-effort pod that could be evicted.
 type Candidate struct {
 	Pod  *v1.Pod

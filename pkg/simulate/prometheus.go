@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -31,7 +32,12 @@ type PrometheusQuery struct {
 	// Thanos, Mimir, VictoriaMetrics).
 	URL string
 	// RoundTripper carries credentials and TLS settings; nil: plain HTTP(S).
+	// Redirects are followed only within the URL's scheme and host: the
+	// credentials it adds to every request go nowhere else.
 	RoundTripper http.RoundTripper
+	// MaxResponseBytes caps one answer's body (0: DefaultMaxResponseBytes):
+	// a larger one is an error, not a process out of memory.
+	MaxResponseBytes int64
 	// From and To bound the history; Step is one window of the fleet: each
 	// window's load is the mean over it.
 	From, To time.Time
@@ -61,6 +67,10 @@ func (q PrometheusQuery) Validate() error {
 	return nil
 }
 
+// DefaultMaxResponseBytes caps an answer: 14 days in 10-minute windows of
+// 300 services come to about 20 MB.
+const DefaultMaxResponseBytes = 128 << 20
+
 // maxWindows bounds a history: a year in 5-minute windows.
 const maxWindows = 366 * 24 * 12
 
@@ -87,7 +97,12 @@ func ReadPrometheus(ctx context.Context, q PrometheusQuery) (*Fleet, []string, e
 	if status.next == nil {
 		status.next = promapi.DefaultRoundTripper
 	}
-	client, err := promapi.NewClient(promapi.Config{Address: q.URL, RoundTripper: status})
+	maxBytes := q.MaxResponseBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxResponseBytes
+	}
+	httpClient := &http.Client{Transport: &cappedBodies{next: status, max: maxBytes}, CheckRedirect: sameOrigin}
+	client, err := promapi.NewClient(promapi.Config{Address: q.URL, Client: httpClient})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", q.URL, err)
 	}
@@ -198,6 +213,64 @@ func explain(q PrometheusQuery, status int32, err error) error {
 		return fmt.Errorf("%s did not answer in time: %w", q.URL, err)
 	}
 	return fmt.Errorf("%s: %w", q.URL, err)
+}
+
+// sameOrigin follows a redirect only to the scheme and host of the request
+// it answers. The RoundTripper adds the bearer token or basic-auth password
+// to every request it sends, redirected or not, so a redirect elsewhere (to
+// another host, or from https to http) would hand them to whoever the server
+// points at.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	first := via[0].URL
+	switch {
+	case req.URL.Scheme != first.Scheme || req.URL.Host != first.Host:
+		return fmt.Errorf("refusing to follow a redirect from %s://%s to %s://%s, which would carry the credentials there: give that server's URL to --prometheus if it is the one meant",
+			first.Scheme, first.Host, req.URL.Scheme, req.URL.Host)
+	case len(via) >= 10:
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+// cappedBodies fails an answer whose body is larger than max bytes, as soon
+// as its Content-Length says so or as much has been read.
+type cappedBodies struct {
+	next http.RoundTripper
+	max  int64
+}
+
+func (c *cappedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	if resp.ContentLength > c.max {
+		resp.Body.Close()
+		return nil, tooLarge(c.max)
+	}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, max: c.max}
+	return resp, nil
+}
+
+// cappedBody reads at most one byte past max, and fails there.
+type cappedBody struct {
+	io.ReadCloser
+	read, max int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if left := b.max + 1 - b.read; int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	if b.read += int64(n); b.read > b.max {
+		return n, tooLarge(b.max)
+	}
+	return n, err
+}
+
+func tooLarge(max int64) error {
+	return fmt.Errorf("the answer is larger than %d bytes (--prometheus-max-response-bytes): read a shorter span, or raise the cap if the server is the one meant", max)
 }
 
 // statusRecorder remembers the status of the last response.

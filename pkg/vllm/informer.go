@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -49,16 +50,26 @@ type Options struct {
 	Namespace string // a namespace to watch; "" and no Namespaces = all namespaces
 	// Namespaces to watch in addition to Namespace, each with its own watch, so
 	// RBAC in just those namespaces suffices. "" among them means all namespaces.
-	Namespaces    []string
-	LabelSelector string              // default api.LabelRole + "=" + api.RoleInference
-	Interval      time.Duration       // scrape interval of each endpoint, default 5s
-	Timeout       time.Duration       // per scrape, default 2s
-	StaleAfter    time.Duration       // default 3*Interval: a pod whose last successful scrape is older is not Fresh
-	Concurrency   int                 // max parallel scrapes, default 64
-	MaxBodyBytes  int64               // default 4 MiB; a larger body fails that endpoint's scrape
-	Scheme        string              // "http" (default) or "https"
-	GPUResource   corev1.ResourceName // default api.GPUResource
-	Clock         clock.PassiveClock  // default real clock
+	Namespaces []string
+	// NamespaceSelector, when every namespace is watched (neither Namespace
+	// nor Namespaces names one), keeps the Informer to the pods of
+	// namespaces whose labels it matches: those the admin opted in. Pods
+	// elsewhere are neither tracked nor scraped, however they are labelled,
+	// so a tenant's pods cannot take scrape slots, memory or Snapshot
+	// entries. Nil or empty: every namespace.
+	NamespaceSelector labels.Selector
+	LabelSelector     string        // default api.LabelRole + "=" + api.RoleInference
+	Interval          time.Duration // scrape interval of each endpoint, default 5s
+	Timeout           time.Duration // per scrape, default 2s
+	StaleAfter        time.Duration // default 3*Interval: a pod whose last successful scrape is older is not Fresh
+	Concurrency       int           // max parallel scrapes, default 64
+	MaxBodyBytes      int64         // default 4 MiB; a larger body fails that endpoint's scrape
+	// Limits bound the series and label values of one endpoint's body (see
+	// Limits); a body over them fails that endpoint's scrape.
+	Limits      Limits
+	Scheme      string              // "http" (default) or "https"
+	GPUResource corev1.ResourceName // default api.GPUResource
+	Clock       clock.PassiveClock  // default real clock
 	// ClientOptions: CA, server name and bearer-token file for the endpoints.
 	ClientOptions
 }
@@ -96,6 +107,13 @@ func (o Options) withDefaults() Options {
 		o.IdleConnTimeout = max(DefaultIdleConnTimeout, 2*o.Interval)
 	}
 	return o
+}
+
+// gated tells whether the Informer keeps to the namespaces NamespaceSelector
+// matches: only when it watches every namespace.
+func (o Options) gated() bool {
+	all := o.namespaces()
+	return len(all) == 1 && all[0] == metav1.NamespaceAll && o.NamespaceSelector != nil && !o.NamespaceSelector.Empty()
 }
 
 // namespaces to watch: sorted, or just NamespaceAll.
@@ -143,8 +161,12 @@ type Informer struct {
 	factories []informers.SharedInformerFactory
 	synced    []cache.InformerSynced
 	scraper   *Scraper
-	queue     workqueue.TypedDelayingInterface[types.UID]
-	started   atomic.Bool
+	// pods index the pods watched, by namespace. namespaces is nil unless
+	// Options.NamespaceSelector gates what is scraped (see counts).
+	pods       []cache.Indexer
+	namespaces corelisters.NamespaceLister
+	queue      workqueue.TypedDelayingInterface[types.UID]
+	started    atomic.Bool
 
 	mu sync.Mutex
 	// Keyed by UID so a pod recreated under the same name starts unscraped.
@@ -202,7 +224,7 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("vllm informer: %w", err))
 	}
-	i.scraper = &Scraper{Client: httpClient, Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes}
+	i.scraper = &Scraper{Client: httpClient, Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, Limits: opts.Limits}
 
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    i.onPod,
@@ -215,15 +237,35 @@ func NewInformer(client kubernetes.Interface, opts Options) *Informer {
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.LabelSelector }),
 			informers.WithTransform(slimPod),
 		)
-		reg, err := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
+		podInformer := factory.Core().V1().Pods().Informer()
+		reg, err := podInformer.AddEventHandler(handler)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("vllm informer: watching pods in namespace %q: %w", ns, err))
 			continue
 		}
 		i.factories = append(i.factories, factory)
+		i.pods = append(i.pods, podInformer.GetIndexer())
 		// The registration's HasSynced also waits for the handler to have seen
 		// the initial list, so Snapshot holds every pod once HasSynced is true.
 		i.synced = append(i.synced, reg.HasSynced)
+	}
+	if opts.gated() {
+		// Which namespaces count is read from their labels, and a namespace
+		// opted in or out later takes its pods in or out (onNamespace).
+		factory := informers.NewSharedInformerFactory(client, 0)
+		nsInformer := factory.Core().V1().Namespaces()
+		reg, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    i.onNamespace,
+			UpdateFunc: func(_, obj any) { i.onNamespace(obj) },
+			DeleteFunc: i.onNamespaceDelete,
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("vllm informer: watching namespaces: %w", err))
+		} else {
+			i.factories = append(i.factories, factory)
+			i.namespaces = nsInformer.Lister()
+			i.synced = append(i.synced, reg.HasSynced)
+		}
 	}
 	i.configErr = errors.Join(errs...)
 	return i
@@ -291,20 +333,28 @@ func slimContainers(containers []corev1.Container) []corev1.Container {
 }
 
 // onPod tracks a new or changed pod and schedules the first scrape of a new one.
-func (i *Informer) onPod(obj any) {
+func (i *Informer) onPod(obj any) { i.track(obj, false) }
+
+// track is onPod; onlyNew leaves a pod already tracked as it is (the
+// namespace handler reads pods from the cache, perhaps older than the
+// version onPod last saw).
+func (i *Informer) track(obj any, onlyNew bool) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
 	// The watch already filters by selector; checking again keeps a source
 	// that ignores it (e.g. a fake clientset) or a relabelled pod out.
-	if !i.selector.Matches(labels.Set(pod.Labels)) {
+	if !i.selector.Matches(labels.Set(pod.Labels)) || !i.counts(pod.Namespace) {
 		i.forget(pod.UID)
 		return
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	ep := i.endpoints[pod.UID]
+	if ep != nil && onlyNew {
+		return
+	}
 	if ep == nil {
 		ep = &endpoint{}
 		i.endpoints[pod.UID] = ep
@@ -323,6 +373,55 @@ func (i *Informer) onPodDelete(obj any) {
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
 		i.forget(pod.UID)
+	}
+}
+
+// counts tells whether the pods of namespace ns are scraped: always, unless
+// NamespaceSelector gates them, and then only when the namespace exists and
+// its labels match.
+func (i *Informer) counts(ns string) bool {
+	if i.namespaces == nil {
+		return true
+	}
+	n, err := i.namespaces.Get(ns)
+	return err == nil && i.opts.NamespaceSelector.Matches(labels.Set(n.Labels))
+}
+
+// onNamespace takes in the pods of a namespace opted in, and lets go of
+// those of a namespace that is not (or no longer).
+func (i *Informer) onNamespace(obj any) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	in := i.counts(ns.Name)
+	for _, indexer := range i.pods {
+		pods, _ := indexer.ByIndex(cache.NamespaceIndex, ns.Name)
+		for _, obj := range pods {
+			if pod, ok := obj.(*corev1.Pod); ok && !in {
+				i.forget(pod.UID)
+			} else if ok {
+				i.track(pod, true)
+			}
+		}
+	}
+}
+
+func (i *Informer) onNamespaceDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	for _, indexer := range i.pods {
+		pods, _ := indexer.ByIndex(cache.NamespaceIndex, ns.Name)
+		for _, obj := range pods {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				i.forget(pod.UID)
+			}
+		}
 	}
 }
 
@@ -357,7 +456,7 @@ func (i *Informer) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), i.synced...) {
 		return nil
 	}
-	logger.V(2).Info("Scraping vLLM metrics of inference pods", "namespaces", i.opts.namespaces(),
+	logger.V(2).Info("Scraping vLLM metrics of inference pods", "namespaces", i.opts.namespaces(), "namespaceSelector", i.opts.NamespaceSelector,
 		"selector", i.opts.LabelSelector, "interval", i.opts.Interval, "concurrency", i.opts.Concurrency)
 
 	var workers sync.WaitGroup
@@ -409,6 +508,11 @@ func (i *Informer) scrape(ctx context.Context, uid types.UID) bool {
 	}
 	pod, gen := ep.pod, ep.readyGen
 	i.mu.Unlock()
+	// A namespace opted out since the pod was taken in: not one more scrape.
+	if !i.counts(pod.Namespace) {
+		i.forget(uid)
+		return false
+	}
 	if !scrapable(pod) {
 		return true
 	}

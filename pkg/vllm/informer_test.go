@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -517,6 +518,63 @@ func TestInformerNamespaces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInformerScrapesOnlyOptedInNamespaces: watching every namespace with a
+// NamespaceSelector, the pods of a namespace it does not match are never
+// scraped nor listed, however they are labelled; labelling the namespace
+// takes them in, and unlabelling it lets them go.
+func TestInformerScrapesOnlyOptedInNamespaces(t *testing.T) {
+	opted, tenant := newVLLMServer(t), newVLLMServer(t)
+	var tenantScrapes atomic.Int64
+	tenantHandler := tenant.Config.Handler
+	tenant.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenantScrapes.Add(1)
+		tenantHandler.ServeHTTP(w, r)
+	})
+	inNS := func(ns string, srv *vllmServer) *corev1.Pod {
+		p := inferencePod("p", withAnnotation(api.AnnotationMetricsPort, srv.port(t)))
+		p.Namespace, p.UID = ns, types.UID("uid-"+ns)
+		return p
+	}
+	namespace := func(name string, optedIn bool) *corev1.Namespace {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if optedIn {
+			ns.Labels = map[string]string{api.LabelInferenceNamespace: "true"}
+		}
+		return ns
+	}
+	client := fake.NewClientset(namespace("serving", true), namespace("tenant", false), inNS("serving", opted), inNS("tenant", tenant))
+	selector := labels.SelectorFromSet(labels.Set{api.LabelInferenceNamespace: "true"})
+	inf := runInformer(t, client, Options{Interval: 20 * time.Millisecond, Timeout: time.Second, NamespaceSelector: selector})
+	listed := func() (names []string) {
+		for _, p := range inf.Snapshot() {
+			if p.Fresh {
+				names = append(names, p.Namespace)
+			}
+		}
+		return names
+	}
+	waitFor(t, "serving's pod fresh", func() bool { return reflect.DeepEqual(listed(), []string{"serving"}) })
+	time.Sleep(100 * time.Millisecond) // five intervals
+	if n := tenantScrapes.Load(); n != 0 || len(inf.Snapshot()) != 1 {
+		t.Fatalf("the tenant namespace's pod was scraped %d times, and listed: %+v", n, inf.Snapshot())
+	}
+
+	relabel := func(name string, optedIn bool) {
+		if _, err := client.CoreV1().Namespaces().Update(context.Background(), namespace(name, optedIn), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel("tenant", true)
+	waitFor(t, "the tenant's pod fresh once its namespace is opted in", func() bool {
+		return reflect.DeepEqual(listed(), []string{"serving", "tenant"})
+	})
+	relabel("serving", false)
+	waitFor(t, "serving's pod let go once its namespace is opted out", func() bool {
+		s := inf.Snapshot()
+		return len(s) == 1 && s[0].Namespace == "tenant"
+	})
 }
 
 func TestInformerHTTPS(t *testing.T) {

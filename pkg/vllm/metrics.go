@@ -24,6 +24,9 @@ const (
 	ReasonParse = "parse"
 	// ReasonNotVLLM: valid text without vLLM's load metrics.
 	ReasonNotVLLM = "not_vllm"
+	// ReasonTooManySeries: more series, or more distinct values of one label,
+	// than Limits allow.
+	ReasonTooManySeries = "too_many_series"
 	// ReasonInvalidTarget: the pod's metrics annotations do not make a URL.
 	ReasonInvalidTarget = "invalid_target"
 )
@@ -51,10 +54,10 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
 		StabilityLevel: metrics.ALPHA,
 	})
-	// reason: timeout, connection, http_status, body_too_large, parse, not_vllm, invalid_target.
+	// reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.
 	scrapeErrors = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "gleaner", Subsystem: "vllm_scrape", Name: "errors_total",
-		Help:           "Failed scrapes of vLLM /metrics endpoints, by reason: timeout, connection, http_status, body_too_large, parse, not_vllm, invalid_target.",
+		Help:           "Failed scrapes of vLLM /metrics endpoints, by reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	// state: fresh, failing, stale, pending, not_ready. Every state but fresh counts as busy.

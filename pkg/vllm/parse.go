@@ -86,13 +86,57 @@ func (m Metrics) clone() Metrics {
 // ErrNotVLLM: the exposition parsed but has none of vLLM's load metrics.
 var ErrNotVLLM = errors.New("not a vLLM metrics endpoint")
 
+// ErrTooManySeries and ErrTooManyLabelValues: the exposition has more series
+// of the families Gleaner reads, or more distinct values of one of their
+// labels, than a vLLM server exposes (see Limits). Nothing of it is read: its
+// pod counts as busy, and parsing it costs no more memory than the cap allows.
+var (
+	ErrTooManySeries      = errors.New("too many series")
+	ErrTooManyLabelValues = errors.New("too many distinct label values")
+)
+
+// Defaults of Limits. A vLLM server exposes about 60 series of the families
+// Gleaner reads per engine (most of them histogram buckets), with one engine
+// label value per engine and one model_name: 8 data-parallel engines come to
+// about 500 series and 9 label values.
+const (
+	DefaultMaxSeries      = 4096
+	DefaultMaxLabelValues = 256
+)
+
+// Limits bound what one exposition may hold of the families Gleaner reads.
+// A scrape body is written by whoever runs the pod: 10^5 series cost tens of
+// megabytes to parse, and every distinct model_name is kept per pod, so
+// without a cap one endpoint could grow the controller's memory until it is
+// killed. Zero values take the defaults.
+type Limits struct {
+	// MaxSeries: sample lines (each histogram bucket is one), counted before
+	// parsing, so the parser never sees more.
+	MaxSeries int
+	// MaxLabelValues: distinct values of any one label (but a bucket's "le")
+	// over those series.
+	MaxLabelValues int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxSeries <= 0 {
+		l.MaxSeries = DefaultMaxSeries
+	}
+	if l.MaxLabelValues <= 0 {
+		l.MaxLabelValues = DefaultMaxLabelValues
+	}
+	return l
+}
+
 // Parse reads one Prometheus text exposition from a vLLM server. It fails when
 // the text is malformed, when a value Gleaner reads is negative or not finite,
 // when a histogram's buckets are inconsistent, or when the exposition has
 // neither vllm:num_requests_running nor vllm:num_requests_waiting (ErrNotVLLM:
 // the endpoint is not vLLM, or the scrape is truncated before them). On error
 // the returned Metrics is zero: a partly read exposition must not look idle.
-// A parse error names the line by its number and quotes it.
+// A parse error names the line by its number and quotes it. An exposition
+// over the default Limits fails with ErrTooManySeries or
+// ErrTooManyLabelValues.
 //
 // Only the families Gleaner reads go through the parser (see selectLines);
 // lines of other families are skipped unchecked.
@@ -101,10 +145,11 @@ func Parse(r io.Reader) (Metrics, error) {
 	if err != nil {
 		return Metrics{}, fmt.Errorf("reading vLLM metrics: %w", err)
 	}
-	return parseBytes(body)
+	return parseBytes(body, Limits{})
 }
 
-func parseBytes(body []byte) (Metrics, error) {
+func parseBytes(body []byte, limits Limits) (Metrics, error) {
+	limits = limits.withDefaults()
 	selected := bodies.Get().(*bytes.Buffer)
 	selected.Reset()
 	defer func() {
@@ -112,12 +157,44 @@ func parseBytes(body []byte) (Metrics, error) {
 			bodies.Put(selected)
 		}
 	}()
-	whole := selectLines(selected, body)
+	whole, series := selectLines(selected, body, limits.MaxSeries)
+	if series > limits.MaxSeries {
+		return Metrics{}, fmt.Errorf("%w: more than %d series of the vLLM families Gleaner reads, where a vLLM server has about 60 per engine", ErrTooManySeries, limits.MaxSeries)
+	}
 	families, err := parseText(bytes.NewReader(selected.Bytes()))
 	if err != nil {
 		return Metrics{}, fmt.Errorf("parsing vLLM metrics: %w", explainParseError(body, whole, err))
 	}
+	if err := checkLabelValues(families, limits.MaxLabelValues); err != nil {
+		return Metrics{}, err
+	}
 	return extract(families)
+}
+
+// checkLabelValues fails when a label other than a bucket's "le" takes more
+// than limit distinct values over the families parsed.
+func checkLabelValues(families map[string]*dto.MetricFamily, limit int) error {
+	values := map[string]map[string]struct{}{}
+	for _, mf := range families {
+		for _, metric := range mf.GetMetric() {
+			for _, lp := range metric.GetLabel() {
+				name := lp.GetName()
+				if name == model.BucketLabel {
+					continue
+				}
+				seen := values[name]
+				if seen == nil {
+					seen = map[string]struct{}{}
+					values[name] = seen
+				}
+				seen[lp.GetValue()] = struct{}{}
+				if len(seen) > limit {
+					return fmt.Errorf("%w: label %s of %s takes more than %d values", ErrTooManyLabelValues, name, mf.GetName(), limit)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // extract computes Metrics from parsed families.
@@ -422,8 +499,10 @@ func trimBlanks(s []byte) []byte {
 }
 
 // selectLines appends to dst the lines of body the parser needs (see above),
-// or all of body if a line starts with a label set (whole).
-func selectLines(dst *bytes.Buffer, body []byte) (whole bool) {
+// or all of body if a line starts with a label set (whole). series counts the
+// sample lines among them (all but comments and blank lines); once it passes
+// maxSeries (0: no limit) selectLines stops, with dst holding no more.
+func selectLines(dst *bytes.Buffer, body []byte, maxSeries int) (whole bool, series int) {
 	var c classifier
 	start := dst.Len()
 	for rest := body; len(rest) > 0; {
@@ -432,17 +511,43 @@ func selectLines(dst *bytes.Buffer, body []byte) (whole bool) {
 		keep := c.keep(line)
 		if c.sawLabelSet {
 			dst.Truncate(start)
-			dst.Write(body)
-			return true
+			if series = sampleLines(body); maxSeries <= 0 || series <= maxSeries {
+				dst.Write(body)
+			}
+			return true, series
 		}
 		if keep || !complete {
+			if isSample(line) {
+				if series++; maxSeries > 0 && series > maxSeries {
+					return false, series
+				}
+			}
 			dst.Write(line)
 			if complete {
 				dst.WriteByte('\n')
 			}
 		}
 	}
-	return false
+	return false, series
+}
+
+// isSample tells a line that may hold a sample from a comment or a blank one.
+func isSample(line []byte) bool {
+	s := trimBlanks(line)
+	return len(s) > 0 && s[0] != '#'
+}
+
+// sampleLines counts the lines of body that may hold a sample.
+func sampleLines(body []byte) int {
+	n := 0
+	for rest := body; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if isSample(line) {
+			n++
+		}
+	}
+	return n
 }
 
 // originalLine maps a line number of selectLines' output back to body.

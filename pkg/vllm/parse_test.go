@@ -474,7 +474,7 @@ func TestSelectLines(t *testing.T) {
 				// An unterminated last line always reaches the parser.
 				text, want = tc.line, true
 			}
-			selectLines(&sel, []byte(text))
+			selectLines(&sel, []byte(text), 0)
 			if got := sel.Len() > 0 || tc.line == ""; got != want {
 				t.Errorf("line %q (unterminated: %v): kept = %v, want %v", tc.line, last, got, want)
 			}

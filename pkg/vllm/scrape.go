@@ -111,6 +111,9 @@ type Scraper struct {
 	Client       *http.Client  // nil: a shared default client with keep-alives
 	Timeout      time.Duration // per request, including reading the body; default 2s
 	MaxBodyBytes int64         // default 4 MiB; a larger body is an error
+	// Limits bound the series and label values a body may hold (see Limits);
+	// a body over them is an error.
+	Limits Limits
 }
 
 // ScrapeError is a failed scrape: where, why (one of the Reason* values), and
@@ -132,8 +135,8 @@ var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledBody = 1 << 20
 
 // Scrape fetches url and parses it with Parse. A non-2xx status, a timeout, a
-// body over MaxBodyBytes or a parse failure is a *ScrapeError, and the Metrics
-// is zero.
+// body over MaxBodyBytes or Limits or a parse failure is a *ScrapeError, and
+// the Metrics is zero.
 func (s *Scraper) Scrape(ctx context.Context, url string) (Metrics, error) {
 	client := s.Client
 	if client == nil {
@@ -198,11 +201,13 @@ func (s *Scraper) Scrape(ctx context.Context, url string) (Metrics, error) {
 	if int64(buf.Len()) > maxBytes {
 		return fail(ReasonBodyTooLarge, bodyTooLarge(maxBytes))
 	}
-	m, err := parseBytes(buf.Bytes())
-	if err != nil {
-		if errors.Is(err, ErrNotVLLM) {
-			return fail(ReasonNotVLLM, err)
-		}
+	m, err := parseBytes(buf.Bytes(), s.Limits)
+	switch {
+	case errors.Is(err, ErrNotVLLM):
+		return fail(ReasonNotVLLM, err)
+	case errors.Is(err, ErrTooManySeries), errors.Is(err, ErrTooManyLabelValues):
+		return fail(ReasonTooManySeries, err)
+	case err != nil:
 		return fail(ReasonParse, err)
 	}
 	return m, nil

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,5 +304,73 @@ func TestScrapeKeepsConnectionsAlive(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("5 scrapes opened %d connections, want 1", n)
+	}
+}
+
+// manyModels is an exposition of n distinct model_name values of
+// vllm:num_requests_running, one series each: 87,000 of them fill 4 MiB.
+func manyModels(n int) []byte {
+	var b strings.Builder
+	b.WriteString("# TYPE vllm:num_requests_running gauge\n")
+	for i := range n {
+		fmt.Fprintf(&b, "vllm:num_requests_running{model_name=\"%05d\"} 0\n", i)
+	}
+	return []byte(b.String())
+}
+
+// TestScrapeBoundsCardinality serves what a hostile pod would: 4 MiB of
+// distinct model names, and a few hundred engines. Each is refused whole
+// (its pod reads as busy, with nothing of it kept), and reading the big one
+// allocates about what its body takes, not what parsing 87,000 series would.
+func TestScrapeBoundsCardinality(t *testing.T) {
+	huge := manyModels(87_000)
+	if len(huge) > DefaultMaxBodyBytes {
+		t.Fatalf("the exposition is %d bytes, over the body cap", len(huge))
+	}
+	var engines strings.Builder
+	engines.WriteString("# TYPE vllm:num_requests_running gauge\n")
+	for e := range DefaultMaxLabelValues + 1 {
+		fmt.Fprintf(&engines, "vllm:num_requests_running{engine=\"%d\"} 1\n", e)
+	}
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		wantErr error
+	}{
+		{"87,000 series", huge, ErrTooManySeries},
+		{fmt.Sprintf("%d engines", DefaultMaxLabelValues+1), []byte(engines.String()), ErrTooManyLabelValues},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(tc.body) }))
+			defer srv.Close()
+			var s Scraper
+			scrape := func() (Metrics, error) { return s.Scrape(context.Background(), srv.URL+"/metrics") }
+			_, _ = scrape() // a connection and pooled buffers, as a running informer has them
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			m, err := scrape()
+			runtime.ReadMemStats(&after)
+			var se *ScrapeError
+			if !errors.Is(err, tc.wantErr) || !errors.As(err, &se) || se.Reason != ReasonTooManySeries {
+				t.Fatalf("Scrape error %v, want %v with reason %s", err, tc.wantErr, ReasonTooManySeries)
+			}
+			if !reflect.DeepEqual(m, Metrics{}) {
+				t.Errorf("Scrape kept %d models of a refused body", len(m.Models))
+			}
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s (%d bytes): refused; %.1f MiB allocated by the scrape", tc.name, len(tc.body), float64(allocated)/(1<<20))
+			if limit := uint64(3*len(tc.body) + 1<<20); allocated > limit {
+				t.Errorf("the scrape allocated %d bytes, more than three times its %d-byte body and 1 MiB", allocated, len(tc.body))
+			}
+		})
+	}
+	// Within the limits, a body as large passes: the caps bound what a vLLM
+	// server never exposes, not size.
+	if _, err := parseBytes(manyModels(DefaultMaxLabelValues), Limits{}); err != nil {
+		t.Errorf("%d models: %v", DefaultMaxLabelValues, err)
+	}
+	if _, err := parseBytes(huge, Limits{MaxSeries: 100_000, MaxLabelValues: 100_000}); err != nil {
+		t.Errorf("87,000 series under limits of 100,000: %v", err)
 	}
 }

@@ -181,6 +181,13 @@ func heapInUse(t *testing.T, port int) float64 {
 }
 
 func readHeapInUse(port int) (float64, error) {
+	return readMetric(port, "go_memstats_heap_inuse_bytes")
+}
+
+// readMetric reads one sample (name and labels as exposed, e.g.
+// `x{state="fresh"}`) from a component's /metrics, served without
+// credentials.
+func readMetric(port int, series string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
@@ -196,9 +203,9 @@ func readHeapInUse(port int) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes on port %d", port)
+	return 0, fmt.Errorf("no %s on port %d", series, port)
 }

@@ -115,6 +115,11 @@ func TestFaults(t *testing.T) {
 		env.deleteNow(researchNS, "lent-b")
 	})
 
+	scenario("no path but gleaner-scheduler's puts a pod on the pool's GPUs", func(t *testing.T) {
+		poolPaths(t, env.in(t))
+		quiet(env)
+	})
+
 	scenario("a tenant's hour-long grace period is capped", func(t *testing.T) {
 		env := env.in(t)
 		lendOnGPUA(env, "slow", 3600)
@@ -130,6 +135,63 @@ func TestFaults(t *testing.T) {
 		t.Logf("fault: best-effort pod with a 3600 s grace period: evicted with %v, inference waited %v (budget %v)", graceCap, took.Round(time.Millisecond), budget)
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		quiet(env)
+	})
+
+	scenario("a tenant's own day-long deletion grace is capped", func(t *testing.T) {
+		env := env.in(t)
+		lendOnGPUA(env, "slow", graceSeconds)
+		others := map[string]types.UID{} // the other tenants' pods lent GPUs
+		for _, p := range listPods(t, env, researchNS) {
+			if p.Name != "slow" {
+				others[p.Name] = p.UID
+			}
+		}
+		// Its owner deletes it asking a day to stop (on a notice, say), as
+		// chat's load rises and needs gpu-a's lent GPUs.
+		day := int64(24 * 3600)
+		if err := env.client.CoreV1().Pods(researchNS).Delete(env.ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: &day}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		gone := func() bool {
+			_, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, "slow", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}
+		othersEvicted := func() (names []string) {
+			for name, uid := range others {
+				p, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, name, metav1.GetOptions{})
+				if err != nil || p.UID != uid || p.DeletionTimestamp != nil {
+					names = append(names, name)
+				}
+			}
+			return names
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for !gone() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !gone() {
+			t.Fatalf("fault: a best-effort pod deleted by its owner with a %d s grace period still holds gpu-a's GPUs %v later; evicted in its place: %v",
+				day, time.Since(start).Round(time.Millisecond), othersEvicted())
+		}
+		goneAfter := time.Since(start)
+		grace, _ := env.kubelet.deletionGrace(researchNS, "slow")
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took, budget := time.Since(start), scrapeInterval+graceCap+5*time.Second
+		evicted := othersEvicted()
+		t.Logf("fault: best-effort pod deleted by its owner with a %d s grace period as inference needs its GPUs: asked again with %d s, gone %v after its owner's deletion, %d other pods evicted; inference waited %v (budget %v)",
+			day, grace, goneAfter.Round(time.Millisecond), len(evicted), took.Round(time.Millisecond), budget)
+		if grace != int64(graceCap/time.Second) {
+			t.Errorf("slow ran out a grace period of %d s, want the cap %v", grace, graceCap)
+		}
+		if len(evicted) > 0 {
+			t.Errorf("other tenants' pods evicted while slow held the GPUs: %v", evicted)
+		}
+		if took > budget {
+			t.Errorf("inference waited %v, budget %v", took, budget)
 		}
 		quiet(env)
 	})
@@ -255,7 +317,8 @@ func TestFaults(t *testing.T) {
 		for i := range 50 {
 			create(fmt.Sprintf("healthy-%03d", i), healthy())
 		}
-		// The informer gleaner-controller runs (which scrapes these too), on its own.
+		// The informer gleaner-controller runs, on its own (the controller
+		// itself leaves them alone: their namespace is not opted in).
 		inf := vllm.NewInformer(env.client, vllm.Options{Namespaces: []string{ns}, Interval: scrapeInterval, Timeout: 500 * time.Millisecond, StaleAfter: 3 * time.Second})
 		ctx, cancel := context.WithCancel(env.ctx)
 		defer cancel()
@@ -287,7 +350,7 @@ func TestFaults(t *testing.T) {
 		if worst != 50 {
 			t.Fatalf("only %d of 50 healthy endpoints stayed fresh", worst)
 		}
-		// gleaner-controller, scraping them all, still plans: its heartbeat stays fresh.
+		// gleaner-controller still plans: its heartbeat stays fresh.
 		env.create(bestEffortPod("still-lending", 1))
 		env.waitBound(researchNS, "still-lending", 20*time.Second)
 		cancel()
@@ -295,6 +358,10 @@ func TestFaults(t *testing.T) {
 			env.deleteNow(ns, p.Name)
 		}
 		quiet(env)
+	})
+
+	scenario("a tenant's labelled pods in a namespace not opted in are never scraped", func(t *testing.T) {
+		squatting(t, env.in(t), func() { env.startControllerWith(usual) })
 	})
 
 	scenario("Node writes failing or hanging stop all lending within the heartbeat timeout", func(t *testing.T) {

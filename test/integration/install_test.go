@@ -107,7 +107,9 @@ func resourceFor(cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMappe
 // two replicas of each component, as real processes with their own
 // ServiceAccount tokens, from the rendered ConfigMap and flags.
 func TestInstall(t *testing.T) {
-	cp := startControlPlane(t, "--authorization-mode=RBAC")
+	// A kubelet's identity is what the Node authorizer and NodeRestriction
+	// know it as, as in a real cluster.
+	cp := startControlPlane(t, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction")
 	ctx := context.Background()
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.client.Discovery()))
 	objs := renderInstall(t)
@@ -274,17 +276,43 @@ func TestInstall(t *testing.T) {
 					Containers: []v1.Container{{Name: "c", Image: "x", Resources: v1.ResourceRequirements{Requests: gpus(1), Limits: gpus(1)}}}},
 			}
 		}
+		// offPool keeps a pod off the pool's nodes; onNode creates it there;
+		// toPool asks a scheduler for the pool.
+		offPool := func(p *v1.Pod) *v1.Pod {
+			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+					{Key: api.LabelPool, Operator: v1.NodeSelectorOpNotIn, Values: []string{api.PoolInference}}}}}}}}
+			return p
+		}
+		onNode := func(p *v1.Pod, node string) *v1.Pod { p.Spec.NodeName = node; return p }
+		toPool := func(p *v1.Pod) *v1.Pod {
+			p.Spec.NodeSelector = map[string]string{api.LabelPool: api.PoolInference}
+			return p
+		}
+		noGPUs := func(p *v1.Pod) *v1.Pod { p.Spec.Containers[0].Resources = v1.ResourceRequirements{}; return p }
+		const poolGPUs = "reaches the pool (nodes labelled gleaner.dev/pool=inference) only through gleaner-scheduler as best-effort"
 		tests := []struct {
 			name string
 			pod  *v1.Pod
 			deny string // "" for allowed
 		}{
-			{"inference priority in a tenant namespace", pod("vap-tenant", api.PriorityClassInference, "", 30), "gleaner-inference is for namespaces the cluster admin labels"},
+			{"inference priority in a tenant namespace", offPool(pod("vap-tenant", api.PriorityClassInference, "", 30)), "gleaner-inference is for namespaces the cluster admin labels"},
 			{"inference priority where the admin opted in", pod("vap-serving", api.PriorityClassInference, api.SchedulerName, 30), ""},
+			{"inference on the default scheduler, created on a pool node", onNode(pod("vap-serving", api.PriorityClassInference, "", 30), "vap-node"), ""},
 			{"a best-effort pod asking for an hour's grace", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 3600), "terminationGracePeriodSeconds is at most 120"},
 			{"a best-effort pod within the grace cap", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 120), ""},
-			{"an ordinary pod sent to gleaner-scheduler", pod("vap-tenant", "", api.SchedulerName, 30), "use priorityClassName gleaner-best-effort"},
-			{"an ordinary pod on the default scheduler", pod("vap-tenant", "", "", 3600), ""},
+			{"an ordinary pod sent to gleaner-scheduler", offPool(pod("vap-tenant", "", api.SchedulerName, 30)), "use priorityClassName gleaner-best-effort"},
+			// No path but gleaner-scheduler's takes a GPU pod onto the pool.
+			{"a best-effort pod sent to the default scheduler", pod("vap-tenant", api.PriorityClassBestEffort, "", 30), poolGPUs},
+			{"a best-effort pod sent to another scheduler", pod("vap-tenant", api.PriorityClassBestEffort, "other-scheduler", 30), poolGPUs},
+			{"a best-effort pod created on a pool node", onNode(pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 30), "vap-node"), poolGPUs},
+			{"an ordinary GPU pod on the default scheduler", pod("vap-tenant", "", "", 3600), poolGPUs},
+			{"an ordinary GPU pod asking the default scheduler for the pool", toPool(pod("vap-tenant", "", "", 30)), poolGPUs},
+			{"an ordinary GPU pod sent to another scheduler", pod("vap-tenant", "", "other-scheduler", 30), poolGPUs},
+			{"an ordinary GPU pod created on a pool node", onNode(pod("vap-tenant", "", "", 30), "vap-node"), poolGPUs},
+			{"an ordinary GPU pod kept off the pool", offPool(pod("vap-tenant", "", "other-scheduler", 3600)), ""},
+			{"an ordinary GPU pod kept off the pool, created on a node", onNode(offPool(pod("vap-tenant", "", "", 30)), "cpu-node"), ""},
+			{"an ordinary pod without GPUs, created on a pool node", onNode(noGPUs(pod("vap-tenant", "", "", 30)), "vap-node"), ""},
 		}
 		// try, once when it is to be allowed; when it is to be denied, again
 		// until it is or 20 s pass, since each policy takes effect once the
@@ -339,12 +367,17 @@ func TestInstall(t *testing.T) {
 			}
 		}
 
+		// A kubelet may write its own Node (NodeRestriction keeps it to its
+		// own, and off the kubernetes.io labels), but not its verdict; nor may
+		// anyone but gleaner-controller, though anyone may remove it.
+		nodeVerdicts(t, ctx, cp, try)
+
 		// It may delete a best-effort pod, and no other.
 		for _, tt := range []struct {
 			class string
 			deny  bool
 		}{{api.PriorityClassBestEffort, false}, {"", true}} {
-			p, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", tt.class, "", 30), metav1.CreateOptions{})
+			p, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", tt.class, "", 30)), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,11 +391,11 @@ func TestInstall(t *testing.T) {
 
 		// It may write a reclaim notice (annotation and condition) on a
 		// best-effort pod, nothing else, and on no other pod.
-		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", api.PriorityClassBestEffort, "", 30), metav1.CreateOptions{})
+		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", api.PriorityClassBestEffort, "", 30)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ordinary, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, pod("vap-tenant", "", "", 30), metav1.CreateOptions{})
+		ordinary, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", "", "", 30)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -469,16 +502,17 @@ func TestInstall(t *testing.T) {
 	})
 }
 
-// inClusterConsole installs the chart's console for one namespace, checks its
-// ServiceAccount may read that namespace's jobs and the pool and nothing
-// more, and runs the Deployment's command with that ServiceAccount's token:
-// it serves the namespace's page, and no other namespace's.
+// inClusterConsole installs the chart's console for one namespace, with the
+// cluster's authentication, checks its ServiceAccount may read that
+// namespace's jobs and the pool and nothing more, and runs the Deployment's
+// command with that ServiceAccount's token: it serves the namespace's page to
+// a user who may view that namespace, and nothing to anyone else.
 func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mapper *restmapper.DeferredDiscoveryRESTMapper) {
 	const served, other = "console-research", "console-vision"
 	createNamespace(t, cp.client, served)
 	createNamespace(t, cp.client, other)
 	c, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"),
-		map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{served}}}, api.SystemNamespace)
+		map[string]any{"console": map[string]any{"enabled": true, "namespaces": []any{served}, "authentication": map[string]any{"enabled": true}}}, api.SystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,8 +601,27 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		}
 	}()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	get := func(path string) (int, string) {
-		resp, err := http.Get(base + path)
+	// A reader may view the served namespace (the view role's share,
+	// gleaner-harvestreport-viewer); a stranger may view nothing.
+	for _, sa := range []string{"console-reader", "console-stranger"} {
+		if _, err := cp.client.CoreV1().ServiceAccounts(api.SystemNamespace).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cp.client.RbacV1().RoleBindings(served).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "console-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gleaner-harvestreport-viewer"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "console-reader", Namespace: api.SystemNamespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reader, stranger := serviceAccountToken(t, cp, "console-reader"), serviceAccountToken(t, cp, "console-stranger")
+	getAs := func(token, path string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -576,6 +629,7 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
+	get := func(path string) (int, string) { return getAs(reader, path) }
 	eventually(t, 30*time.Second, "the console to serve /healthz", func(context.Context) (bool, error) {
 		select {
 		case code := <-done:
@@ -583,11 +637,31 @@ func inClusterConsole(t *testing.T, ctx context.Context, cp *controlPlane, mappe
 			return false, fmt.Errorf("the console exited %d:\n%s", code, out.String())
 		default:
 		}
-		code, _ := get("/healthz")
+		code, _ := getAs("", "/healthz")
+		return code == http.StatusOK, nil
+	})
+	// The RBAC authorizer sees the new bindings through its informers.
+	eventually(t, 20*time.Second, "the console to serve the reader", func(context.Context) (bool, error) {
+		code, _ := get("/")
 		return code == http.StatusOK, nil
 	})
 	if code, body := get("/"); code != http.StatusOK || !strings.Contains(body, "pretrain-in-cluster") || !strings.Contains(body, "namespace "+served) {
 		t.Errorf("the console's page: %d\n%s", code, body)
+	}
+	for _, tt := range []struct {
+		who, token, path string
+		want             int
+	}{
+		{"no token", "", "/", http.StatusUnauthorized},
+		{"no token", "", "/events", http.StatusUnauthorized},
+		{"no token", "", "/live?namespace=" + other, http.StatusUnauthorized},
+		{"a token the cluster does not know", "not-a-token", "/", http.StatusUnauthorized},
+		{"a user who may not view the namespace", stranger, "/", http.StatusForbidden},
+		{"a user who may not view the namespace", stranger, "/job?kind=Job&name=pretrain-in-cluster", http.StatusForbidden},
+	} {
+		if code, body := getAs(tt.token, tt.path); code != tt.want || strings.Contains(body, "pretrain-in-cluster") {
+			t.Errorf("%s, GET %s: %d, want %d\n%s", tt.who, tt.path, code, tt.want, body)
+		}
 	}
 	if code, body := get("/live?namespace=" + other); code != http.StatusNotFound {
 		t.Errorf("the console serves namespace %s: %d\n%s", other, code, body)

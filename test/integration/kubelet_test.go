@@ -22,7 +22,8 @@ import (
 // standInKubelet does the little of a kubelet's work that Gleaner depends on:
 // it marks bound pods Running and Ready with a pod IP of 127.0.0.1 (so the
 // metrics informer reaches the test's vLLM servers on the pods' metrics ports),
-// and finishes a graceful deletion once the pod's grace period has passed. Its
+// and finishes a graceful deletion once the pod's grace period has passed (a
+// pod deleted again with a shorter one, as a kubelet does, by the shorter). Its
 // containers ignore SIGTERM: each runs out its whole grace period and is
 // killed at its end, the worst case for a reclaim. Like a kubelet, it admits
 // a pod only if its GPUs fit beside those of the pods it already runs, and
@@ -31,20 +32,25 @@ type standInKubelet struct {
 	t      *testing.T
 	client kubernetes.Interface
 	mu     sync.Mutex
-	// graceSeen records the deletion grace period each pod was deleted with.
+	// graceSeen records the deletion grace period each pod was deleted with
+	// (the shortest, when deleted again).
 	graceSeen map[string]int64
-	// longest is the longest grace period any deletion had, of how many.
+	// longest is the longest grace period a pod ran out before it was
+	// killed, of how many deletions.
 	longest struct {
 		key   string
 		grace int64
 		count int
 	}
-	pending map[string]bool // by UID: deletions being played out
+	pending map[string]int64 // by UID: deletions being played out, with their grace periods (killed: -1)
 	// admitted holds the GPUs of the pods started on each node, by UID, until
 	// they are gone: a pod that does not fit beside them is refused.
 	admitted map[string]map[types.UID]int64
 	refused  []string // pods refused, as namespace/name
 }
+
+// killed marks, in standInKubelet.pending, a pod whose grace period ran out.
+const killed = -1
 
 // labelNeverReady marks a pod whose containers run but never pass their
 // readiness probe.
@@ -56,7 +62,7 @@ const labelNeverReady = "test.gleaner.dev/never-ready"
 const labelUnkillable = "test.gleaner.dev/unkillable"
 
 func startStandInKubelet(ctx context.Context, t *testing.T, client kubernetes.Interface) *standInKubelet {
-	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]bool{}, admitted: map[string]map[types.UID]int64{}}
+	k := &standInKubelet{t: t, client: client, graceSeen: map[string]int64{}, pending: map[string]int64{}, admitted: map[string]map[types.UID]int64{}}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	pods := factory.Core().V1().Pods().Informer()
 	handle := func(obj interface{}) {
@@ -89,30 +95,44 @@ func (k *standInKubelet) reconcile(ctx context.Context, pod *v1.Pod) {
 	key := pod.Namespace + "/" + pod.Name
 	switch {
 	case pod.DeletionTimestamp != nil:
-		k.mu.Lock()
-		// By UID: a pod re-created under the same name is another pod.
-		if k.pending[string(pod.UID)] {
-			k.mu.Unlock()
-			return
-		}
-		k.pending[string(pod.UID)] = true
 		var grace int64
 		if pod.DeletionGracePeriodSeconds != nil {
 			grace = *pod.DeletionGracePeriodSeconds
 		}
-		k.graceSeen[key] = grace
-		k.longest.count++
-		if grace > k.longest.grace {
-			k.longest.key, k.longest.grace = key, grace
+		// By UID: a pod re-created under the same name is another pod.
+		wait := time.Duration(grace) * time.Second
+		k.mu.Lock()
+		if playing, ok := k.pending[string(pod.UID)]; ok {
+			if playing == killed || grace >= playing {
+				k.mu.Unlock()
+				return
+			}
+			// Deleted again with a shorter grace period: the API server moved
+			// the deadline to when it was first asked plus the shorter one.
+			wait = min(wait, max(0, time.Until(pod.DeletionTimestamp.Time)))
+		} else {
+			k.longest.count++
 		}
+		k.pending[string(pod.UID)] = grace
+		k.graceSeen[key] = grace
 		k.mu.Unlock()
 		// Play a container that checkpoints for the whole grace period, then exits.
 		go func() {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(grace) * time.Second):
+			case <-time.After(wait):
 			}
+			k.mu.Lock()
+			if k.pending[string(pod.UID)] != grace {
+				k.mu.Unlock()
+				return // a shorter grace period took over
+			}
+			if grace > k.longest.grace {
+				k.longest.key, k.longest.grace = key, grace
+			}
+			k.pending[string(pod.UID)] = killed // its removal below is no new deletion
+			k.mu.Unlock()
 			// Its containers are gone: their GPUs are free, even if a
 			// finalizer keeps the object.
 			k.mu.Lock()
@@ -198,8 +218,8 @@ func (k *standInKubelet) refusedPods() []string {
 	return slices.Clone(k.refused)
 }
 
-// longestGrace returns the pod deleted with the longest grace period, that
-// period, and how many deletions were seen.
+// longestGrace returns the pod that ran out the longest grace period before
+// it was killed, that period, and how many deletions were seen.
 func (k *standInKubelet) longestGrace() (key string, grace int64, deletions int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gleaner-dev/gleaner/internal/testobj"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+	"github.com/gleaner-dev/gleaner/pkg/vllm"
+)
+
+// A best-effort pod its owner deleted with a day's grace period is asked
+// again, once, to stop within the cap; one deleted within the cap is left
+// alone, and nothing else is evicted while the first returns its GPUs.
+func TestSyncCapsATenantsOwnDeletionGrace(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	deleted := func(name string, grace int64) *v1.Pod {
+		p := testobj.BestEffort("research", name, "a", 4, t0.Add(-time.Hour))
+		p.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Duration(grace) * time.Second)}
+		p.DeletionGracePeriodSeconds = &grace
+		return p
+	}
+	long, short := deleted("long", 24*3600), deleted("short", 60)
+	objs := []runtime.Object{
+		testobj.Node("a", 16),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		long, short,
+		testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
+		chat(1, nil),
+	}
+	tc.set(t, objs...)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"create pods/eviction long"}; !reflect.DeepEqual(only(writes, "pods/eviction"), want) {
+		t.Fatalf("evictions %v, want %v: long asked again, nothing else while it returns", only(writes, "pods/eviction"), want)
+	}
+	capped := false
+	for len(tc.recorder.Events) > 0 {
+		if e := <-tc.recorder.Events; strings.Contains(e, reclaim.ReasonGraceCapped) && strings.Contains(e, "within 30s: it was asked with 86400s") {
+			capped = true
+		}
+	}
+	if !capped {
+		t.Errorf("no %s Event naming both grace periods", reclaim.ReasonGraceCapped)
+	}
+	// The API server shortened it to its own 30 s (within the cap), counted
+	// from when it was first asked.
+	long.DeletionTimestamp = &metav1.Time{Time: t0.Add(30 * time.Second)}
+	long.DeletionGracePeriodSeconds = new(int64(30))
+	for _, at := range []time.Duration{time.Second, 20 * time.Second} {
+		tc.set(t, objs...)
+		writes, _ := tc.sync(t, t0.Add(at))
+		if got := only(writes, "pods/eviction"); len(got) != 0 {
+			t.Fatalf("%v later: evictions %v, want none: long was asked once and is returning", at, got)
+		}
+	}
+}
