@@ -95,18 +95,26 @@ type Decision struct {
 	Reason   string
 }
 
+// Floor is what the demand forecast asks of the autoscaler.
+type Floor struct {
+	// Grow is the replicas to run now for the load to come: those that must
+	// be started now to serve it when it arrives.
+	Grow int
+	// Keep is the replicas the forecast needs over the reclaim horizon: none
+	// of them is scaled in, though none is started for it either.
+	Keep int
+}
+
 // Desired is the replica count to run now:
 //
 //	stable  = ceil(mean load over StableWindow / target)
 //	panic   = ceil(mean load over PanicWindow / target)
 //	panic mode when panic >= PanicThreshold x current; it lasts a StableWindow
-//	want    = max(panic, current) in panic mode, else stable; never below floor
-//	scale in only with a full StableWindow of complete observations
+//	want    = max(panic, current) in panic mode, else stable; at least floor.Grow
+//	scale in only with a full StableWindow of complete observations, and
+//	never below floor.Keep
 //	step    within [current - MaxScaleDown, current + MaxScaleUp], then [Min, Max]
-//
-// floor is what the demand forecast needs over the reclaim horizon: the
-// autoscaler does not scale in replicas that the forecast says will be needed.
-func (s *Scaler) Desired(now time.Time, current int, target float64, floor int, lim Limits) Decision {
+func (s *Scaler) Desired(now time.Time, current int, target float64, floor Floor, lim Limits) Decision {
 	if target <= 0 || len(s.obs) == 0 {
 		return Decision{Replicas: clamp(current, lim, s.cfg), Reason: "no load observed yet"}
 	}
@@ -124,15 +132,19 @@ func (s *Scaler) Desired(now time.Time, current int, target float64, floor int, 
 		want = max(panicWant, current, stableWant)
 		d.Reason = fmt.Sprintf("panic: mean load %.4g over %v / target %.4g", burst, s.cfg.PanicWindow, target)
 	}
-	if want < floor {
-		want = floor
-		d.Reason = fmt.Sprintf("forecast over the reclaim horizon needs %d", floor)
+	if want < floor.Grow {
+		want = floor.Grow
+		d.Reason = fmt.Sprintf("the forecast needs %d replicas started now", floor.Grow)
 	}
 	if want < current {
 		full := now.Sub(s.first) >= s.cfg.StableWindow
-		if !full || !stableComplete {
+		switch {
+		case !full || !stableComplete:
 			want = current
 			d.Reason = "holding: not a full stable window of complete metrics to scale in on"
+		case want < floor.Keep:
+			want = min(current, floor.Keep)
+			d.Reason = fmt.Sprintf("holding: the forecast over the reclaim horizon needs %d", floor.Keep)
 		}
 	}
 	want = min(max(want, current-s.cfg.MaxScaleDown), current+s.cfg.MaxScaleUp)

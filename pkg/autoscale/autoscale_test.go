@@ -28,25 +28,29 @@ func TestDesired(t *testing.T) {
 		obs       []obs
 		at        time.Duration
 		current   int
-		floor     int
+		floor     Floor
 		lim       Limits
 		want      int
 		wantPanic bool
 	}{
-		{"steady load at target keeps replicas", steady(32, 0, 120*time.Second), 120 * time.Second, 2, 0, Limits{1, 10}, 2, false},
-		{"low load for a full window scales in one step", steady(4, 0, 120*time.Second), 120 * time.Second, 3, 0, Limits{1, 10}, 2, false},
-		{"low load for less than a window holds", steady(4, 0, 30*time.Second), 30 * time.Second, 3, 0, Limits{1, 10}, 3, false},
-		{"never below min", steady(0, 0, 120*time.Second), 120 * time.Second, 1, 0, Limits{1, 10}, 1, false},
-		{"min zero lets an idle service go", steady(0, 0, 120*time.Second), 120 * time.Second, 1, 0, Limits{0, 10}, 0, false},
-		{"the forecast floor stops scaling in", steady(4, 0, 120*time.Second), 120 * time.Second, 3, 3, Limits{1, 10}, 3, false},
-		{"incomplete metrics never scale in", []obs{{0, 0, false}, {70 * time.Second, 0, false}}, 70 * time.Second, 3, 0, Limits{1, 10}, 3, false},
+		{"steady load at target keeps replicas", steady(32, 0, 120*time.Second), 120 * time.Second, 2, Floor{}, Limits{1, 10}, 2, false},
+		{"low load for a full window scales in one step", steady(4, 0, 120*time.Second), 120 * time.Second, 3, Floor{}, Limits{1, 10}, 2, false},
+		{"low load for less than a window holds", steady(4, 0, 30*time.Second), 30 * time.Second, 3, Floor{}, Limits{1, 10}, 3, false},
+		{"never below min", steady(0, 0, 120*time.Second), 120 * time.Second, 1, Floor{}, Limits{1, 10}, 1, false},
+		{"min zero lets an idle service go", steady(0, 0, 120*time.Second), 120 * time.Second, 1, Floor{}, Limits{0, 10}, 0, false},
+		{"the forecast floor stops scaling in", steady(4, 0, 120*time.Second), 120 * time.Second, 3, Floor{Grow: 3, Keep: 3}, Limits{1, 10}, 3, false},
+		// The horizon's forecast keeps the replicas that run, and starts none.
+		{"the horizon keeps, and does not grow", steady(4, 0, 120*time.Second), 120 * time.Second, 2, Floor{Grow: 1, Keep: 3}, Limits{1, 10}, 2, false},
+		{"the horizon keeps no more than run", steady(4, 0, 120*time.Second), 120 * time.Second, 3, Floor{Grow: 1, Keep: 2}, Limits{1, 10}, 2, false},
+		{"the lead grows", steady(4, 0, 120*time.Second), 120 * time.Second, 1, Floor{Grow: 3, Keep: 4}, Limits{1, 10}, 3, false},
+		{"incomplete metrics never scale in", []obs{{0, 0, false}, {70 * time.Second, 0, false}}, 70 * time.Second, 3, Floor{}, Limits{1, 10}, 3, false},
 		{
 			"a burst panics and scales out at once, bounded by the step",
 			append(steady(16, 0, 100*time.Second), obs{102 * time.Second, 160, true}, obs{104 * time.Second, 160, true}),
-			104 * time.Second, 1, 0, Limits{1, 10}, 5, true,
+			104 * time.Second, 1, Floor{}, Limits{1, 10}, 5, true,
 		},
-		{"ordinary rise scales out on the stable mean", steady(40, 0, 60*time.Second), 60 * time.Second, 2, 0, Limits{1, 10}, 3, false},
-		{"never above max", steady(1000, 0, 60*time.Second), 60 * time.Second, 8, 0, Limits{1, 10}, 10, true},
+		{"ordinary rise scales out on the stable mean", steady(40, 0, 60*time.Second), 60 * time.Second, 2, Floor{}, Limits{1, 10}, 3, false},
+		{"never above max", steady(1000, 0, 60*time.Second), 60 * time.Second, 8, Floor{}, Limits{1, 10}, 10, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,20 +73,20 @@ func TestPanicHoldsScaleIn(t *testing.T) {
 		s.Observe(t0.Add(at), 8, true)
 	}
 	s.Observe(t0.Add(60*time.Second), 200, true)
-	if d := s.Desired(t0.Add(60*time.Second), 1, 16, 0, Limits{1, 20}); !d.Panic || d.Replicas != 4 {
+	if d := s.Desired(t0.Add(60*time.Second), 1, 16, Floor{}, Limits{1, 20}); !d.Panic || d.Replicas != 4 {
 		t.Fatalf("burst: %+v, want panic to 4 (mean 56 over the panic window)", d)
 	}
 	// The burst is gone, but panic mode lasts a stable window: no scale-in yet.
 	for at := 62 * time.Second; at < 110*time.Second; at += 2 * time.Second {
 		s.Observe(t0.Add(at), 8, true)
 	}
-	if d := s.Desired(t0.Add(110*time.Second), 4, 16, 0, Limits{1, 20}); !d.Panic || d.Replicas != 4 {
+	if d := s.Desired(t0.Add(110*time.Second), 4, 16, Floor{}, Limits{1, 20}); !d.Panic || d.Replicas != 4 {
 		t.Fatalf("after the burst: %+v, want to hold 4 in panic", d)
 	}
 	for at := 110 * time.Second; at <= 130*time.Second; at += 2 * time.Second {
 		s.Observe(t0.Add(at), 8, true)
 	}
-	if d := s.Desired(t0.Add(130*time.Second), 4, 16, 0, Limits{1, 20}); d.Panic || d.Replicas != 3 {
+	if d := s.Desired(t0.Add(130*time.Second), 4, 16, Floor{}, Limits{1, 20}); d.Panic || d.Replicas != 3 {
 		t.Fatalf("a stable window later: %+v, want one step in to 3", d)
 	}
 }

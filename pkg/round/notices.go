@@ -175,32 +175,45 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 }
 
 // holdNoticed keeps this round from evicting a pod before the time its notice
-// gave, unless inference already needs its node's GPUs (the node owes GPUs
-// to the load now, not only to the forecast over the lead): the node owes
-// that much less for now, and the victims are chosen again without the pod.
-// A time given beyond the horizon is pulled in to the horizon's span.
-// Gang members are not held (a rigid gang goes whole; an elastic one counts
-// every running member toward its quorum). It returns the held pods'
-// notices, which stand.
+// gave, unless inference already needs its GPUs: the GPUs its node owes to
+// what the services need for their load now (forecast aside) are taken from
+// the pods without a standing notice first, then from the noticed ones, and
+// only what that leaves is held. A held pod's node owes that much less for
+// now, and the victims are chosen again without it. A time given beyond the
+// horizon is pulled in to the horizon's span. Gang members are not held (a
+// rigid gang goes whole; an elastic one counts every running member toward
+// its quorum). It returns the held pods' notices, which stand.
 func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	if len(p.given) == 0 {
 		return nil
 	}
-	var urgent map[string]bool
+	var urgent map[string]int64
 	var held []Notice
+	holdable := func(c reclaim.Candidate) bool {
+		g, ok := p.given[c.Pod.UID]
+		return ok && g.At.After(v.now) && c.Pod.Labels[api.LabelPodGroup] == ""
+	}
 	for {
+		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {
+			urgent = owedToLoadNow(v)
+		}
+		// What each node's victims that cannot be held give back already.
+		given := map[string]int64{}
+		for _, vic := range d.Victims {
+			if !holdable(vic) {
+				given[vic.Pod.Spec.NodeName] += vic.GPUs
+			}
+		}
 		var hold []reclaim.Candidate
 		for _, vic := range d.Victims {
-			g, ok := p.given[vic.Pod.UID]
-			if !ok || !g.At.After(v.now) || vic.Pod.Labels[api.LabelPodGroup] != "" {
+			if !holdable(vic) {
 				continue
 			}
-			if urgent == nil {
-				urgent = owingToLoadNow(v)
+			if node := vic.Pod.Spec.NodeName; given[node] < urgent[node] {
+				given[node] += vic.GPUs
+				continue
 			}
-			if !urgent[vic.Pod.Spec.NodeName] {
-				hold = append(hold, vic)
-			}
+			hold = append(hold, vic)
 		}
 		if len(hold) == 0 {
 			return held
@@ -229,13 +242,13 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	}
 }
 
-// owingToLoadNow names the nodes that owe lent GPUs to what the services need
-// for their load now, forecast aside: inference is already waiting there.
-func owingToLoadNow(v *view) map[string]bool {
-	out := map[string]bool{}
+// owedToLoadNow is the lent GPUs each node owes to what the services need
+// for their load now, forecast aside: inference is already waiting for them.
+func owedToLoadNow(v *view) map[string]int64 {
+	out := map[string]int64{}
 	for name, np := range v.plan(whatIf{kind: loadNow}).Nodes {
 		if np.ReclaimGPUs > 0 {
-			out[name] = true
+			out[name] = np.ReclaimGPUs
 		}
 	}
 	return out

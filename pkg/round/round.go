@@ -114,6 +114,11 @@ type ServiceDecision struct {
 	// Problems found with what was stored for the service (an unreadable profile).
 	Problems []string
 
+	// lead is its forecast over the reclaim lead (the horizon when the lead
+	// is not shorter), pooled as the round plans with it: what the
+	// autoscaler starts replicas for.
+	lead demand.Forecast
+
 	// What its what-ifs are asked of: its replicas as observed this round,
 	// and its trend and profile (nil when the policy leaves them out).
 	observed demand.Observed
@@ -169,12 +174,17 @@ func New(cfg Config) *Planner {
 //	notices  = reclaim.Take(the ReclaimGPUs over the notice horizon, at
 //	           least the horizon's) but the victims, each with when a later
 //	           round is expected to evict it (notices)
-//	scale    = autoscale.Desired(never below the forecast's replicas)
+//	scale    = autoscale.Desired(starting the replicas the lead's forecast
+//	           needs, keeping those the horizon's needs: scale)
 func (p *Planner) Plan(obs Observation) Decision {
 	now := obs.Now
 	v := p.assess(obs)
 	d := Decision{view: v}
 	horizon := v.forecasts(whatIf{from: now, length: p.cfg.Horizon})
+	overLead := horizon
+	if p.cfg.justInTime() {
+		overLead = v.forecasts(whatIf{from: now, length: p.cfg.ReclaimLead})
+	}
 	for i := range v.services {
 		v.services[i].Forecast = horizon[i]
 	}
@@ -182,7 +192,11 @@ func (p *Planner) Plan(obs Observation) Decision {
 	need := v.needsFor(horizon)
 	soon := need
 	if p.cfg.justInTime() {
-		soon = v.needsFor(v.pooledForecasts(whatIf{from: now, length: p.cfg.ReclaimLead}))
+		v.pool(overLead, whatIf{from: now, length: p.cfg.ReclaimLead})
+		soon = v.needsFor(overLead)
+	}
+	for i := range v.services {
+		v.services[i].lead = overLead[i]
 	}
 	var headroom, soonHeadroom []harvest.Headroom
 	for i := range v.services {
@@ -260,8 +274,20 @@ func victims(owed []reclaim.Owed, candidates []reclaim.Candidate) []reclaim.Cand
 	return out
 }
 
-// scale is the autoscaler's decision for every service it scales: never
-// fewer replicas than the forecast over the horizon needs.
+// scale is the autoscaler's decision for every service it scales:
+//
+//	grow = ceil(max(load, trend, profile) over the reclaim lead / target),
+//	       the profile pooled as the round's plan over the lead pools it:
+//	       started now
+//	keep = ceil(forecast peak over the horizon / target): never scaled in
+//
+// A replica the forecast asks for is started when the plan over the reclaim
+// lead takes GPUs back for it, not when the horizon's forecast first needs
+// it: then the pods that make room have had their notices (which name that
+// time), and the replica waits for nothing else. Started earlier, it would
+// be inference waiting, and its GPUs would be taken at once, before the
+// notices' time. The lead must cover the grace period and the replica's
+// start, so that it serves when the load arrives (docs/inference.md).
 func (p *Planner) scale(obs Observation, v *view) []Scale {
 	var out []Scale
 	for i, s := range obs.Services {
@@ -271,7 +297,8 @@ func (p *Planner) scale(obs Observation, v *view) []Scale {
 		sd := &v.services[i]
 		svc := p.services[s.Key]
 		svc.scaler.Observe(obs.Now, sd.Need.Load, sd.Need.Complete)
-		floor := int(math.Ceil(sd.Forecast.Peak/sd.Need.Target - 1e-9))
+		replicas := func(load float64) int { return int(math.Ceil(load/sd.Need.Target - 1e-9)) }
+		floor := autoscale.Floor{Grow: replicas(max(sd.load(), sd.lead.Trend, sd.lead.Profile)), Keep: replicas(sd.Forecast.Peak)}
 		dec := svc.scaler.Desired(obs.Now, s.Autoscale.Replicas, sd.Need.Target, floor, s.Autoscale.Limits)
 		if dec.Replicas != s.Autoscale.Replicas {
 			out = append(out, Scale{Key: s.Key, From: s.Autoscale.Replicas, Decision: dec})
