@@ -188,6 +188,9 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.DurationVar(&cfg.CheckpointCost, "checkpoint-cost", cfg.CheckpointCost, "How long a job as large as a node takes to save a checkpoint on a reclaim notice (a smaller job: in proportion to its GPUs); the job makes no progress meanwhile.")
 	f.BoolVar(&cfg.DeclareInterval, "declare-checkpoint-interval", false, "Jobs declare --checkpoint-interval (gleaner.dev/checkpoint-interval), so placement weighs how long each node's GPUs are expected to stay lent.")
 	f.BoolVar(&cfg.WithoutNotices, "without-notices", false, "Give no reclaim notices, so every eviction comes unannounced (gleaner-controller gives them).")
+	f.Var(autoscalerFlag{&cfg.InferenceAutoscaler}, "inference-autoscaler", "What scales the inference services: gleaner (gleaner-controller's autoscaler, as docs/inference.md recommends: replicas it starts wait for GPUs as pending pods and serve after --replica-startup) or external (each service follows its load at once, as an autoscaler of its own would).")
+	f.DurationVar(&cfg.ReplicaStartup, "replica-startup", cfg.ReplicaStartup, "With --inference-autoscaler gleaner: how long a bound replica takes to serve (image, weights, engine start).")
+	f.DurationVar(&cfg.RestartCost, "restart-cost", cfg.RestartCost, "What a best-effort job resumed after an eviction loses before its first step, counted as lost work; a job of g GPUs loses this x (1 + log2 g) on each GPU.")
 	f.DurationVar(&cfg.Horizon, "forecast-horizon", cfg.Horizon, "Reclaim horizon of the demand forecast.")
 	f.DurationVar(&cfg.OpenAfter, "open-after", cfg.OpenAfter, "How long GPUs must stay spare before they are lent (gleaner-controller's default).")
 	f.IntVar(&cfg.OpenAfterBackoff, "open-after-backoff", cfg.OpenAfterBackoff, "Flap damping: each drain of a node doubles its open-after, up to this multiple of --open-after; 1 for none (gleaner-controller's default).")
@@ -202,3 +205,23 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.Float64Var(&cfg.PricePerGPUHour, "gpu-price", cfg.PricePerGPUHour, "Price of one GPU-hour, for savings.")
 	return cmd
 }
+
+// autoscalerFlag is --inference-autoscaler.
+type autoscalerFlag struct{ v *simulate.InferenceAutoscaler }
+
+func (f autoscalerFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return string(*f.v)
+}
+
+func (f autoscalerFlag) Set(s string) error {
+	a, err := simulate.ParseInferenceAutoscaler(s)
+	if err == nil {
+		*f.v = a
+	}
+	return err
+}
+
+func (autoscalerFlag) Type() string { return "gleaner|external" }

@@ -61,6 +61,8 @@ type testCluster struct {
 	clock                                *testingclock.FakePassiveClock
 	c                                    *Controller
 	recorder                             *record.FakeRecorder
+	// actions are the API calls of the last sync.
+	actions []k8stesting.Action
 }
 
 func newTestCluster(t *testing.T, cfg Config) *testCluster {
@@ -208,6 +210,7 @@ func (tc *testCluster) sync(t *testing.T, now time.Time) ([]string, error) {
 		}
 		writes = append(writes, fmt.Sprintf("%s %s %s", a.GetVerb(), res, name))
 	}
+	tc.actions = tc.client.Actions()
 	tc.client.ClearActions()
 	return writes, err
 }

@@ -1,14 +1,18 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strconv"
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -28,6 +32,10 @@ type step struct {
 	bestEffort []*v1.Pod
 	verdicts   map[string]harvest.Verdict
 	victims    []string
+	// scale is each service's replicas the autoscaler set; notices, each
+	// noticed pod's time.
+	scale   map[string]int
+	notices map[string]string
 }
 
 // TestControllerAndSimulatorDecideAlike drives a day of the simulator's
@@ -35,7 +43,9 @@ type step struct {
 // each recorded round through the controller: the cluster as objects in a
 // fake API, the services' load as the metrics informer would report it. At
 // every step the verdicts the controller publishes and the pods it evicts
-// must be the simulator's.
+// must be the simulator's, and so must the replicas it scales each service
+// to (with Gleaner's autoscaler, as the simulator runs it by default) and
+// the reclaim notices it writes on the pods.
 func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 	cfg := simulate.DefaultConfig()
 	cfg.Duration = 24 * time.Hour
@@ -49,7 +59,14 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 	}
 	var steps []step
 	cfg.OnRound = func(obs round.Observation, d round.Decision) {
-		s := step{now: obs.Now, nodes: append([]harvest.Node(nil), obs.Nodes...), verdicts: map[string]harvest.Verdict{}, victims: []string{}}
+		s := step{now: obs.Now, nodes: append([]harvest.Node(nil), obs.Nodes...), verdicts: map[string]harvest.Verdict{}, victims: []string{},
+			scale: map[string]int{}, notices: map[string]string{}}
+		for _, sc := range d.Scale {
+			s.scale[sc.Key] = sc.Decision.Replicas
+		}
+		for _, n := range d.Notices {
+			s.notices["research/"+n.Pod.Name] = api.FormatTime(n.At)
+		}
 		all := map[string]bool{}
 		for _, n := range obs.Nodes {
 			all[n.Name] = true
@@ -72,7 +89,12 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 	}
 
 	tc := newTestCluster(t, Config{Policy: policy, Metrics: vllm.Options{Interval: cfg.ScrapeInterval}})
-	var evictingSteps, drainingSteps, openSteps int
+	// The fake API has no scale subresource: take the update as done (the
+	// next step's Deployment carries the simulator's replicas anyway).
+	tc.client.PrependReactor("update", "deployments/scale", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, a.(k8stesting.UpdateAction).GetObject(), nil
+	})
+	var evictingSteps, drainingSteps, openSteps, scalingSteps, noticeSteps int
 	for i, s := range steps {
 		objs, loads := clusterOf(s, cfg)
 		tc.set(t, objs...)
@@ -105,10 +127,21 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 		if len(s.victims) > 0 {
 			evictingSteps++
 		}
+		if scaled := tc.scaled(); !reflect.DeepEqual(scaled, s.scale) {
+			t.Fatalf("step %d (%v): the controller scaled %v, the simulator %v", i, s.now, scaled, s.scale)
+		} else if len(scaled) > 0 {
+			scalingSteps++
+		}
+		if noticed := tc.noticed(t); !reflect.DeepEqual(noticed, s.notices) {
+			t.Fatalf("step %d (%v): the controller noticed %v, the simulator %v", i, s.now, noticed, s.notices)
+		} else if len(noticed) > 0 {
+			noticeSteps++
+		}
 	}
-	t.Logf("%d rounds compared: %d node-rounds open, %d draining, %d rounds with evictions", len(steps), openSteps, drainingSteps, evictingSteps)
-	if evictingSteps == 0 || drainingSteps == 0 || openSteps == 0 {
-		t.Fatal("the day never opened, drained and evicted: the comparison proves little")
+	t.Logf("%d rounds compared: %d node-rounds open, %d draining, %d rounds with evictions, %d with scale changes, %d with notices",
+		len(steps), openSteps, drainingSteps, evictingSteps, scalingSteps, noticeSteps)
+	if evictingSteps == 0 || drainingSteps == 0 || openSteps == 0 || scalingSteps == 0 || noticeSteps == 0 {
+		t.Fatal("the day never opened, drained, evicted, scaled and gave notices: the comparison proves little")
 	}
 }
 
@@ -133,14 +166,56 @@ func clusterOf(s step, cfg simulate.Config) ([]runtime.Object, []vllm.PodLoad) {
 	}
 	var loads []vllm.PodLoad
 	for _, svc := range s.services {
-		objs = append(objs, testobj.Deployment("sim", svc.Key, int32(len(svc.Replicas)), cfg.GPUsPerReplica, map[string]string{
+		annotations := map[string]string{
 			api.AnnotationTargetLoad:     strconv.FormatFloat(cfg.ReplicaCapacity, 'g', -1, 64),
 			api.AnnotationGPUsPerReplica: strconv.FormatInt(cfg.GPUsPerReplica, 10),
-		}))
+		}
+		replicas := len(svc.Replicas)
+		if a := svc.Autoscale; a != nil {
+			annotations[api.AnnotationAutoscale] = "true"
+			annotations[api.AnnotationMinReplicas] = strconv.Itoa(a.Limits.Min)
+			annotations[api.AnnotationMaxReplicas] = strconv.Itoa(a.Limits.Max)
+			replicas = a.Replicas
+		}
+		objs = append(objs, testobj.Deployment("sim", svc.Key, int32(replicas), cfg.GPUsPerReplica, annotations))
 		for _, r := range svc.Replicas {
-			loads = append(loads, vllm.PodLoad{Namespace: "sim", Service: svc.Key, NodeName: "bound", GPUs: r.GPUs, Fresh: r.Known,
-				ScrapedAt: s.now, Metrics: vllm.Metrics{Running: r.Running, Waiting: r.Waiting}})
+			pl := vllm.PodLoad{Namespace: "sim", Service: svc.Key, NodeName: "bound", GPUs: r.GPUs, Created: s.now}
+			switch {
+			case r.Pending:
+				pl.NodeName = ""
+			case r.Known:
+				pl.Fresh, pl.ScrapedAt, pl.Metrics = true, s.now, vllm.Metrics{Running: r.Running, Waiting: r.Waiting}
+			}
+			loads = append(loads, pl)
 		}
 	}
 	return objs, loads
+}
+
+// scaled is the replicas the last round scaled each Deployment to.
+func (tc *testCluster) scaled() map[string]int {
+	out := map[string]int{}
+	for _, a := range tc.actions {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "scale" {
+			sc := u.GetObject().(*autoscalingv1.Scale)
+			out[sc.Name] = int(sc.Spec.Replicas)
+		}
+	}
+	return out
+}
+
+// noticed is the reclaim notice each best-effort pod carries in the fake API.
+func (tc *testCluster) noticed(t *testing.T) map[string]string {
+	t.Helper()
+	pods, err := tc.client.CoreV1().Pods("research").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if at, ok := p.Annotations[api.AnnotationReclaimNotice]; ok {
+			out[p.Namespace+"/"+p.Name] = at
+		}
+	}
+	return out
 }

@@ -17,13 +17,13 @@ func WriteJSON(w io.Writer, results []Result) error {
 }
 
 var columns = []string{"policy", "idleGpuHours", "harvestedGpuHours", "harvestedFraction", "lostGpuHours", "preemptions", "noticedEvictions", "noticeLeadP50Seconds", "noticeFirmLeadP50Seconds", "reclaimedGpus", "reclaimedUnusedGpus",
-	"inferenceReplicaStarts", "inferenceWaitSeconds", "inferenceWaitsOverBudget", "maxInferenceWaitSeconds", "jobsStarted", "jobsCompleted", "savings"}
+	"inferenceReplicaStarts", "inferenceWaitSeconds", "inferenceWaitsOverBudget", "maxInferenceWaitSeconds", "inferenceWaitP99Seconds", "restartGpuHours", "jobsStarted", "jobsCompleted", "savings"}
 
 func row(r Result, prec int) []string {
 	f := func(v float64, p int) string { return strconv.FormatFloat(v, 'f', p, 64) }
 	return []string{string(r.Policy), f(r.IdleGPUHours, prec), f(r.HarvestedGPUHours, prec), f(r.HarvestedFraction, 4), f(r.LostGPUHours, prec),
 		strconv.Itoa(r.Preemptions), strconv.Itoa(r.NoticedEvictions), f(r.NoticeLeadP50Seconds, 0), f(r.NoticeFirmLeadP50Seconds, 0), strconv.FormatInt(r.ReclaimedGPUs, 10), strconv.FormatInt(r.ReclaimedUnusedGPUs, 10), strconv.Itoa(r.InferenceReplicaStarts), f(r.InferenceWaitSeconds, 0), strconv.Itoa(r.InferenceWaitsOverBudget),
-		f(r.MaxInferenceWaitSeconds, 0), strconv.Itoa(r.JobsStarted), strconv.Itoa(r.JobsCompleted), f(r.Savings, 2)}
+		f(r.MaxInferenceWaitSeconds, 0), f(r.InferenceWaitP99Seconds, 0), f(r.RestartGPUHours, prec), strconv.Itoa(r.JobsStarted), strconv.Itoa(r.JobsCompleted), f(r.Savings, 2)}
 }
 
 // WriteCSV writes results as CSV with a header row.
@@ -44,11 +44,11 @@ func WriteCSV(w io.Writer, results []Result) error {
 // WriteTable writes results as an aligned text table.
 func WriteTable(w io.Writer, results []Result) error {
 	if len(results) > 0 {
-		r := results[0]
-		fmt.Fprintf(w, "%g days, %d nodes, %d GPUs; reclaim budget %gs; $%g per GPU-hour\n", r.Days, r.Nodes, r.FleetGPUs, r.ReclaimBudgetSeconds, r.PricePerGPUHour)
+		r := results[len(results)-1] // none, if there, comes first: its autoscaler is always external
+		fmt.Fprintf(w, "%g days, %d nodes, %d GPUs; reclaim budget %gs; $%g per GPU-hour; inference scaled by the %s autoscaler (none: its own)\n", r.Days, r.Nodes, r.FleetGPUs, r.ReclaimBudgetSeconds, r.PricePerGPUHour, r.InferenceAutoscaler)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := []string{"policy", "idle GPU-h before harvest", "harvested GPU-h", "fraction", "lost GPU-h", "preemptions", "noticed", "notice lead p50 s", "firm lead p50 s", "reclaimed GPUs", "reclaimed unused", "replica starts", "wait s", "over budget", "max wait s", "jobs started", "jobs done", "savings $"}
+	head := []string{"policy", "idle GPU-h before harvest", "harvested GPU-h", "fraction", "lost GPU-h", "preemptions", "noticed", "notice lead p50 s", "firm lead p50 s", "reclaimed GPUs", "reclaimed unused", "replica starts", "wait s", "over budget", "max wait s", "wait p99 s", "restart GPU-h", "jobs started", "jobs done", "savings $"}
 	line := func(cells []string) {
 		for _, c := range cells {
 			fmt.Fprint(tw, c, "\t")

@@ -64,19 +64,13 @@
 package simulate
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -150,6 +144,16 @@ type Config struct {
 	// WithoutNotices: the planner gives no reclaim notices, so every eviction
 	// comes unannounced (gleaner-controller gives them).
 	WithoutNotices bool
+	// InferenceAutoscaler scales the services: Gleaner's own, or one of
+	// their own that follows the load (the policy none always uses that).
+	InferenceAutoscaler InferenceAutoscaler
+	// ReplicaStartup is how long a replica the gleaner autoscaler starts
+	// takes from binding to serving (image, weights, engine start).
+	ReplicaStartup time.Duration
+	// RestartCost is what a best-effort pod resumed after an eviction loses
+	// before its first step; a job of g GPUs loses RestartCost x (1 +
+	// log2(g)) on each of them (restartCost).
+	RestartCost time.Duration
 	// Horizon is the reclaim horizon of the forecast.
 	Horizon time.Duration
 	// OpenAfter is the gate's delay before lending newly spare GPUs.
@@ -204,28 +208,46 @@ type Config struct {
 	OnRound func(round.Observation, round.Decision)
 }
 
+// DefaultReplicaStartup is how long a vLLM replica takes from binding to
+// serving, by vLLM's own reports: about a minute for a small model with
+// warm caches (vllm-project/vllm#20264: 59 s to the first response), about
+// three and a half for a 70B model on 8 GPUs (#19824: weights, compile and
+// graph capture), four and a half for a 35B model with no compile cache
+// (#44881). Two minutes is the middle of that range.
+const DefaultReplicaStartup = 2 * time.Minute
+
+// DefaultRestartCost is what a resumed 1-GPU job loses before its first
+// step: measured on an H200, a 368M-parameter model took 9.7 s from launch
+// to its first step with a 4.4 GB checkpoint on local disk; a pod adds its
+// container's start, and a checkpoint read from shared storage takes
+// longer. Larger jobs lose more (restartCost).
+const DefaultRestartCost = 30 * time.Second
+
 // DefaultConfig is the evaluation default: every trace is judged with it.
 func DefaultConfig() Config {
 	return Config{
-		Duration:           14 * 24 * time.Hour,
-		GPUsPerNode:        8,
-		GPUsPerReplica:     4,
-		ReplicaCapacity:    20,
-		ScrapeInterval:     30 * time.Second,
-		GracePeriod:        reclaim.DefaultMaxGrace, // gleaner-controller --max-reclaim-grace default
-		CheckpointInterval: 30 * time.Minute,
-		CheckpointCost:     3 * time.Minute,
-		Horizon:            demand.DefaultHorizon,
-		OpenAfter:          2 * time.Minute, // gleaner-controller --open-after default
-		OpenAfterBackoff:   harvest.DefaultBackoffLimit,
-		ReclaimLead:        demand.DefaultReclaimLead,
-		NoticeHorizon:      demand.DefaultNoticeHorizon,
-		Margin:             0.1, // gleaner-controller --headroom-margin default
-		NightlyWindows:     "20:00-08:00",
-		PricePerGPUHour:    2.0,
-		PackingWeight:      1,
-		IdleWeight:         1,
-		SampleEvery:        10 * time.Minute,
+		Duration:            14 * 24 * time.Hour,
+		GPUsPerNode:         8,
+		GPUsPerReplica:      4,
+		ReplicaCapacity:     20,
+		ScrapeInterval:      30 * time.Second,
+		GracePeriod:         reclaim.DefaultMaxGrace, // gleaner-controller --max-reclaim-grace default
+		CheckpointInterval:  30 * time.Minute,
+		CheckpointCost:      3 * time.Minute,
+		InferenceAutoscaler: GleanerAutoscaler,
+		ReplicaStartup:      DefaultReplicaStartup,
+		RestartCost:         DefaultRestartCost,
+		Horizon:             demand.DefaultHorizon,
+		OpenAfter:           2 * time.Minute, // gleaner-controller --open-after default
+		OpenAfterBackoff:    harvest.DefaultBackoffLimit,
+		ReclaimLead:         demand.DefaultReclaimLead,
+		NoticeHorizon:       demand.DefaultNoticeHorizon,
+		Margin:              0.1, // gleaner-controller --headroom-margin default
+		NightlyWindows:      "20:00-08:00",
+		PricePerGPUHour:     2.0,
+		PackingWeight:       1,
+		IdleWeight:          1,
+		SampleEvery:         10 * time.Minute,
 	}
 }
 
@@ -305,6 +327,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("checkpoint interval %v: must be positive", c.CheckpointInterval)
 	case c.CheckpointCost < 0:
 		return fmt.Errorf("checkpoint cost %v: must not be negative", c.CheckpointCost)
+	case c.ReplicaStartup < 0 || c.RestartCost < 0:
+		return fmt.Errorf("replica startup %v and restart cost %v must not be negative", c.ReplicaStartup, c.RestartCost)
 	case c.Nodes < 0 || c.OpenAfter < 0 || c.Horizon < 0 || c.ReclaimLead < 0 || c.NoticeHorizon < 0 || c.PricePerGPUHour < 0:
 		return fmt.Errorf("nodes, open-after, horizon, reclaim lead, notice horizon and price must not be negative")
 	case c.OpenAfterBackoff < 0 || c.OpenAfterRelax < 0:
@@ -326,226 +350,6 @@ func ClusterNodes(c Config, fleet *Fleet) int {
 		replicas += max(1, int64(math.Ceil(fleet.Peak(s)/c.ReplicaCapacity-1e-9)))
 	}
 	return int((replicas + perNode - 1) / perNode)
-}
-
-// Sample is the cluster at one time of the timeline, in GPUs.
-type Sample struct {
-	Days float64 `json:"days"`
-	// Serving: held by bound inference replicas.
-	Serving int64 `json:"serving"`
-	// Needed: what the replicas inference wants need (serving plus waiting replicas).
-	Needed int64 `json:"needed"`
-	// Lent: held by best-effort pods, terminating ones included.
-	Lent int64 `json:"lent"`
-	// Idle: held by no one.
-	Idle int64 `json:"idle"`
-}
-
-// Result is one policy's outcome. GPU-hours integrate GPU counts held
-// constant over each step.
-type Result struct {
-	Policy    Policy  `json:"policy"`
-	Days      float64 `json:"days"`
-	Nodes     int     `json:"nodes"`
-	FleetGPUs int64   `json:"fleetGpus"`
-	// IdleGPUHours: fleet GPUs minus the GPUs of the replicas inference wants
-	// (max(1, ceil(load/capacity)) per service), integrated over time. It does
-	// not depend on the policy.
-	IdleGPUHours float64 `json:"idleGpuHours"`
-	// ServingGPUHours: GPUs held by bound inference replicas.
-	ServingGPUHours float64 `json:"servingGpuHours"`
-	// HarvestedGPUHours: GPUs held by best-effort pods (as gleaner-controller
-	// counts harvested GPU-seconds: terminating pods included).
-	HarvestedGPUHours float64 `json:"harvestedGpuHours"`
-	// HarvestedFraction = HarvestedGPUHours / IdleGPUHours.
-	HarvestedFraction float64 `json:"harvestedFraction"`
-	// LostGPUHours: work lost to preemption (the progress since each evicted
-	// job's last completed checkpoint) and the time jobs spent saving
-	// checkpoints for notices.
-	LostGPUHours float64 `json:"lostGpuHours"`
-	// Preemptions: best-effort pods evicted.
-	Preemptions int `json:"preemptions"`
-	// NoticedEvictions: preemptions of pods that had a reclaim notice.
-	NoticedEvictions int `json:"noticedEvictions"`
-	// Notices: reclaim notices given; NoticesWithdrawn: taken back.
-	Notices          int `json:"notices"`
-	NoticesWithdrawn int `json:"noticesWithdrawn"`
-	// NoticeLeadP50Seconds, NoticeLeadP10Seconds: notice to eviction, over the
-	// noticed evictions (the median and the shortest tenth).
-	NoticeLeadP50Seconds float64 `json:"noticeLeadP50Seconds"`
-	NoticeLeadP10Seconds float64 `json:"noticeLeadP10Seconds"`
-	// NoticeFirmLeadP50Seconds: the same, counted from when the notice's
-	// time was last moved earlier (or first given): how long before its
-	// eviction a job knew the time it would have to stop by.
-	NoticeFirmLeadP50Seconds float64 `json:"noticeFirmLeadP50Seconds"`
-	// NoticeCheckpointGPUHours: time jobs spent saving checkpoints because of
-	// notices, included in LostGPUHours.
-	NoticeCheckpointGPUHours float64 `json:"noticeCheckpointGpuHours"`
-	// ReclaimedGPUs: GPUs of the evicted pods.
-	ReclaimedGPUs int64 `json:"reclaimedGpus"`
-	// ReclaimedUnusedGPUs: reclaimed GPUs lent again on their node before an
-	// inference replica bound there (each binding uses up to GPUsPerReplica of them).
-	ReclaimedUnusedGPUs int64 `json:"reclaimedUnusedGpus"`
-	// InferenceReplicaStarts: replicas bound after the start (the initial ones excluded).
-	InferenceReplicaStarts int `json:"inferenceReplicaStarts"`
-	// InferenceWaitSeconds: total time wanted replicas waited for GPUs.
-	InferenceWaitSeconds float64 `json:"inferenceWaitSeconds"`
-	// InferenceWaitsOverBudget: replicas that waited longer than ReclaimBudgetSeconds.
-	InferenceWaitsOverBudget int     `json:"inferenceWaitsOverBudget"`
-	MaxInferenceWaitSeconds  float64 `json:"maxInferenceWaitSeconds"`
-	ReclaimBudgetSeconds     float64 `json:"reclaimBudgetSeconds"`
-	JobsStarted              int     `json:"jobsStarted"`
-	JobsCompleted            int     `json:"jobsCompleted"`
-	// Savings = HarvestedGPUHours x PricePerGPUHour.
-	Savings         float64 `json:"savings"`
-	PricePerGPUHour float64 `json:"pricePerGpuHour"`
-	// Availability is the check of the survival probabilities the planner
-	// gives open nodes: per span, what became of the GPUs given each tenth of
-	// probability.
-	Availability []Calibration `json:"availability,omitempty"`
-	Timeline     []Sample      `json:"-"`
-}
-
-// Calibration is how well the survival probabilities over one span held.
-type Calibration struct {
-	Hours   float64             `json:"hours"`
-	Buckets []CalibrationBucket `json:"buckets"`
-	// WorstPoints is the largest gap, in percentage points, between the
-	// probability given and the fraction that survived, over the buckets
-	// holding at least 1% of the GPU-hours.
-	WorstPoints float64 `json:"worstPoints"`
-	// MeanPoints is the gap averaged over the GPU-hours of every bucket.
-	MeanPoints float64 `json:"meanPoints"`
-}
-
-// CalibrationBucket is one tenth of probability and how far its gap could
-// move with other days of the same traffic.
-type CalibrationBucket struct {
-	availability.CalibrationBucket
-	// GapLow and GapHigh bound, in points, 90% of the gap (Survived -
-	// Predicted) over the run's days drawn again with replacement
-	// (calibrationResamples times, the same draws every run). The
-	// forecast's errors come in spells of a day or two that strike every
-	// node at once, so a tenth that a few days fill can be several points
-	// off on one run's days alone; a bucket whose range holds 0 is as
-	// calibrated as those days can tell. A tenth that one day fills has no
-	// range: the draws cannot tell.
-	GapLow  float64 `json:"gapLow"`
-	GapHigh float64 `json:"gapHigh"`
-	// Days is how many of the run's days gave the tenth any GPU-hours.
-	Days int `json:"days"`
-}
-
-// calibrationResamples is how many times the days are drawn again.
-const calibrationResamples = 2000
-
-// newCalibration checks the probabilities given over span, from the
-// planner's record by day (round.Planner.Calibration).
-func newCalibration(span time.Duration, days [][]availability.CalibrationBucket) Calibration {
-	c := Calibration{Hours: span.Hours()}
-	var total float64
-	for _, b := range availability.SumCalibration(days) {
-		total += b.GPUHours
-		c.MeanPoints += b.GPUHours * 100 * math.Abs(b.Predicted-b.Survived)
-		c.Buckets = append(c.Buckets, CalibrationBucket{CalibrationBucket: b})
-	}
-	if total == 0 {
-		return Calibration{}
-	}
-	c.MeanPoints /= total
-	for _, b := range c.Buckets {
-		if b.GPUHours >= total/100 {
-			c.WorstPoints = max(c.WorstPoints, 100*math.Abs(b.Predicted-b.Survived))
-		}
-	}
-	// of is the place in c.Buckets of a day's bucket.
-	of := func(b availability.CalibrationBucket) int {
-		return slices.IndexFunc(c.Buckets, func(cb CalibrationBucket) bool { return cb.From == b.From })
-	}
-	for _, day := range days {
-		for _, b := range day {
-			c.Buckets[of(b)].Days++
-		}
-	}
-	// Each draw takes len(days) days with replacement and adds them up.
-	gaps := make([][]float64, len(c.Buckets))
-	rng := rand.New(rand.NewPCG(1, 2))
-	drawn := make([][]availability.CalibrationBucket, len(days))
-	for range calibrationResamples {
-		for i := range drawn {
-			drawn[i] = days[rng.IntN(len(days))]
-		}
-		for _, b := range availability.SumCalibration(drawn) {
-			i := of(b)
-			gaps[i] = append(gaps[i], 100*(b.Survived-b.Predicted))
-		}
-	}
-	for i, g := range gaps {
-		if len(g) == 0 {
-			continue
-		}
-		slices.Sort(g)
-		c.Buckets[i].GapLow, c.Buckets[i].GapHigh = g[(len(g)-1)*5/100], g[(len(g)-1)*95/100]
-	}
-	return c
-}
-
-type simNode struct {
-	name      string
-	alloc     int64
-	serving   int64 // GPUs of bound inference replicas
-	lent      int64 // GPUs of best-effort pods, terminating included
-	returning int64 // GPUs of terminating best-effort pods
-	reclaimed int64 // reclaimed GPUs no replica has bound to yet
-}
-
-type simService struct {
-	bound   []int           // node of each bound replica
-	pending []time.Duration // when each pending replica was wanted
-	desired int
-	buf     []demand.Replica
-}
-
-type simJob struct {
-	Job
-	name string
-	runs int           // runs started; each is a new pod
-	node int           // -1: queued
-	done time.Duration // work saved by checkpoints of earlier runs
-	// The current run: when it started, the time it spent saving notice
-	// checkpoints (no progress), the progress its last completed checkpoint
-	// holds and when that checkpoint completed (start: none yet).
-	start, paused, saved, savedAt time.Duration
-	// A notice checkpoint in flight, from ckptFrom to ckptTo, saving the
-	// progress made by ckptFrom.
-	saving           bool
-	ckptFrom, ckptTo time.Duration
-	// The reclaim notice standing on the pod: for when, since when; jit: the
-	// checkpoint due to complete by noticeAt was started or judged not worth
-	// taking.
-	noticed               bool
-	noticeAt, noticeSince time.Duration
-	// noticeFirm: when noticeAt was last moved earlier (or first given).
-	noticeFirm  time.Duration
-	jit         bool
-	noticeRound int // the last round that gave the notice
-	// evicted: terminating; freeAt is when its GPUs come back.
-	evicted bool
-	freeAt  time.Duration
-	// pod is the current run's pod as last built, for the checkpoint and
-	// eviction it shows.
-	pod        *v1.Pod
-	podSavedAt time.Duration
-	podEvicted bool
-}
-
-// progress is the work job j's current run has done by t.
-func (j *simJob) progress(t time.Duration) time.Duration {
-	p := t - j.start - j.paused
-	if j.saving {
-		p -= max(0, min(t, j.ckptTo)-j.ckptFrom)
-	}
-	return p
 }
 
 // sim is one policy's run.
@@ -579,6 +383,7 @@ type sim struct {
 
 	res        Result
 	round      int
+	waits      []time.Duration // each wait inference saw, as wait counts it
 	leads      []time.Duration // notice to eviction, of each noticed eviction
 	firmLeads  []time.Duration // the notice's time last moved earlier to eviction
 	fleetGPUs  int64
@@ -627,8 +432,14 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 	s.verdicts = make([]harvest.NodePlan, n)
 	s.hnodes = make([]harvest.Node, n)
 	s.svcs = make([]simService, len(fleet.Services))
+	for i := range s.svcs {
+		s.svcs[i].max = max(1, int(math.Ceil(fleet.Peak(i)/cfg.ReplicaCapacity-1e-9)))
+	}
 	s.res = Result{Policy: policy, Days: cfg.Duration.Hours() / 24, Nodes: n, FleetGPUs: s.fleetGPUs,
-		ReclaimBudgetSeconds: cfg.budget().Seconds(), PricePerGPUHour: cfg.PricePerGPUHour}
+		ReclaimBudgetSeconds: cfg.budget().Seconds(), PricePerGPUHour: cfg.PricePerGPUHour, InferenceAutoscaler: ExternalAutoscaler}
+	if s.autoscaled(0) != nil {
+		s.res.InferenceAutoscaler = GleanerAutoscaler
+	}
 	s.run()
 	return s.res, nil
 }
@@ -636,22 +447,28 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 func (s *sim) run() {
 	cfg := s.cfg
 	dt := cfg.ScrapeInterval
-	// The initial replicas are in place before the first step.
+	// The initial replicas are in place, serving, before the first step.
 	for i := range s.svcs {
-		s.autoscale(i, 0)
 		sv := &s.svcs[i]
-		for range sv.pending {
+		sv.wanted = s.loadWants(i, 0)
+		sv.desired = sv.wanted
+		for range sv.desired {
 			if n := s.bindNode(); n >= 0 {
-				s.bind(i, n)
+				s.bind(i, n, -s.replicaStartup())
 			}
 		}
-		sv.pending = sv.pending[:0]
 	}
+	gleaner := s.autoscaled(0) != nil
 	s.lastSample = -1
 	for t := time.Duration(0); t < cfg.Duration; t += dt {
 		s.release(t)
 		for i := range s.svcs {
-			s.autoscale(i, t)
+			s.svcs[i].wanted = s.loadWants(i, t)
+			if gleaner {
+				s.seeLoad(i, t)
+			} else {
+				s.autoscale(i, t)
+			}
 		}
 		s.bindPending(t)
 		if s.policy != None {
@@ -660,10 +477,18 @@ func (s *sim) run() {
 		}
 		s.account(t, min(dt, cfg.Duration-t))
 	}
+	// Jobs still restarting at the end have lost only the restart so far.
+	for _, j := range s.running {
+		if j.start > cfg.Duration {
+			s.restarted(j, cfg.Duration-j.start)
+		}
+	}
 	// Replicas still waiting at the end have waited this long so far.
 	for i := range s.svcs {
-		for _, w := range s.svcs[i].pending {
-			s.wait(cfg.Duration - w)
+		for _, p := range s.svcs[i].pending {
+			if p.seen >= 0 {
+				s.wait(cfg.Duration - p.seen)
+			}
 		}
 	}
 	r := &s.res
@@ -675,6 +500,10 @@ func (s *sim) run() {
 		if c := newCalibration(availability.SurvivalHorizons[h], days); len(c.Buckets) > 0 {
 			r.Availability = append(r.Availability, c)
 		}
+	}
+	if len(s.waits) > 0 {
+		slices.Sort(s.waits)
+		r.InferenceWaitP99Seconds = s.waits[(len(s.waits)-1)*99/100].Seconds()
 	}
 	if len(s.leads) > 0 {
 		slices.Sort(s.leads)
@@ -706,153 +535,17 @@ func (s *sim) load(i int, t time.Duration) float64 {
 
 func (s *sim) now(t time.Duration) time.Time { return s.t0.Add(t) }
 
-// release ends grace periods and finished jobs, after moving each running
-// job's checkpoints on to t.
-func (s *sim) release(t time.Duration) {
-	kept := s.running[:0]
-	for _, j := range s.running {
-		if !j.evicted {
-			s.checkpoint(j, t)
-		}
-		switch {
-		case j.evicted && j.freeAt <= t:
-			s.nodes[j.node].lent -= j.GPUs
-			s.nodes[j.node].returning -= j.GPUs
-			j.node, j.evicted = -1, false
-			s.queue = append(s.queue, j) // retried as a new pod: the back of the queue
-			s.queuedGPUs += j.GPUs
-		case !j.evicted && j.progress(t) >= j.Work-j.done:
-			s.nodes[j.node].lent -= j.GPUs
-			s.res.JobsCompleted++
-		default:
-			kept = append(kept, j)
-		}
-	}
-	clear(s.running[len(kept):])
-	s.running = kept
-}
-
-// autoscale sets service i's wanted replicas from its load at t.
-func (s *sim) autoscale(i int, t time.Duration) {
-	sv := &s.svcs[i]
-	load := s.load(i, t)
-	want := max(1, int(math.Ceil(load/s.cfg.ReplicaCapacity-1e-9)))
-	sv.desired = want
-	have := len(sv.bound) + len(sv.pending)
-	for ; have < want; have++ {
-		sv.pending = append(sv.pending, t)
-	}
-	for ; have > want && len(sv.pending) > 0; have-- {
-		w := sv.pending[len(sv.pending)-1]
-		sv.pending = sv.pending[:len(sv.pending)-1]
-		s.wait(t - w) // wanted, then no longer: it waited this long
-	}
-	for ; have > want; have-- {
-		// Scale in on the node serving the least inference, so nodes empty.
-		k := 0
-		for x, n := range sv.bound {
-			if s.nodes[n].serving < s.nodes[sv.bound[k]].serving || s.nodes[n].serving == s.nodes[sv.bound[k]].serving && n > sv.bound[k] {
-				k = x
-			}
-		}
-		s.nodes[sv.bound[k]].serving -= s.cfg.GPUsPerReplica
-		sv.bound = append(sv.bound[:k], sv.bound[k+1:]...)
-	}
-}
-
-func (s *sim) wait(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	s.res.InferenceWaitSeconds += d.Seconds()
-	s.res.MaxInferenceWaitSeconds = max(s.res.MaxInferenceWaitSeconds, d.Seconds())
-	if d > s.cfg.budget() {
-		s.res.InferenceWaitsOverBudget++
-	}
-}
-
-// bindNode is the node a new replica binds to: GPUsPerReplica GPUs held by no
-// pod, on the fullest such node (first by name on ties); -1 if none.
-func (s *sim) bindNode() int {
-	best, bestFree := -1, int64(0)
-	for i := range s.nodes {
-		n := &s.nodes[i]
-		free := n.alloc - n.serving - n.lent
-		if free >= s.cfg.GPUsPerReplica && (best < 0 || free < bestFree) {
-			best, bestFree = i, free
-		}
-	}
-	return best
-}
-
-func (s *sim) bind(svc, node int) {
-	n := &s.nodes[node]
-	n.serving += s.cfg.GPUsPerReplica
-	n.reclaimed -= min(n.reclaimed, s.cfg.GPUsPerReplica)
-	s.svcs[svc].bound = append(s.svcs[svc].bound, node)
-}
-
-// bindPending binds waiting replicas in the order they were wanted, across
-// services, as kube-scheduler's queue pops pods of equal priority: the GPUs an
-// eviction frees go to the replica that has waited longest, not to whichever
-// service comes first.
-func (s *sim) bindPending(t time.Duration) {
-	s.waiting = s.waiting[:0]
-	for i := range s.svcs {
-		for _, w := range s.svcs[i].pending {
-			s.waiting = append(s.waiting, waitingReplica{svc: i, since: w})
-		}
-	}
-	if len(s.waiting) == 0 {
-		return
-	}
-	slices.SortStableFunc(s.waiting, func(a, b waitingReplica) int { return cmp.Compare(a.since, b.since) })
-	bound := 0
-	for _, w := range s.waiting {
-		n := s.bindNode()
-		if n < 0 {
-			break
-		}
-		s.bind(w.svc, n)
-		s.res.InferenceReplicaStarts++
-		s.wait(t - w.since)
-		bound++
-	}
-	// Each service's pending replicas are in the order wanted: the bound ones
-	// are its first.
-	for _, w := range s.waiting[:bound] {
-		sv := &s.svcs[w.svc]
-		sv.pending = sv.pending[1:]
-	}
-}
-
-// waitingReplica is a pending replica of service svc, wanted since since.
-type waitingReplica struct {
-	svc   int
-	since time.Duration
-}
-
 // plan runs the controller's planning round (pkg/round) on the virtual
 // cluster and evicts the victims it chooses (every eviction goes through).
 func (s *sim) plan(t time.Duration) {
-	cfg := s.cfg
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
 			ServingGPUs: n.serving, LentGPUs: n.lent, ReturningGPUs: n.returning, HostsInference: n.serving > 0}
 	}
 	for i := range s.svcs {
-		sv := &s.svcs[i]
-		load := s.load(i, t)
-		sv.buf = sv.buf[:0]
-		if b := len(sv.bound); b > 0 {
-			per := load / float64(b)
-			for range b {
-				sv.buf = append(sv.buf, demand.Replica{Known: true, Running: min(per, cfg.ReplicaCapacity),
-					Waiting: max(0, per-cfg.ReplicaCapacity), GPUs: cfg.GPUsPerReplica})
-			}
-		}
-		s.observed[i].Replicas = sv.buf
+		s.observed[i].Replicas = s.observe(i, t)
+		s.observed[i].Autoscale = s.autoscaled(i)
 	}
 	obs := round.Observation{Now: s.now(t), Nodes: s.hnodes, Published: s.published, Services: s.observed,
 		BestEffort: func(owing map[string]bool) []reclaim.Candidate { return s.candidates(owing, t) }}
@@ -875,303 +568,11 @@ func (s *sim) plan(t time.Duration) {
 		s.evict(s.jobOf[v.Pod], t)
 	}
 	s.notify(d.Notices, t)
+	if len(d.Scale) > 0 {
+		s.applyScale(d.Scale, t)
+		s.bindPending(t)
+	}
 	clear(s.jobOf)
-}
-
-// candidates are the running jobs on the owing nodes as the reclaimer sees
-// them at t (every job is a lone pod, so no gang reaches another node).
-func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candidate {
-	now := s.now(t)
-	var out []reclaim.Candidate
-	for _, j := range s.running {
-		if owing[s.nodes[j.node].name] {
-			p := s.pod(j, t)
-			s.jobOf[p] = j
-			out = append(out, reclaim.NewCandidate(p, api.GPUResource, now, s.cfg.GracePeriod, nil))
-		}
-	}
-	return out
-}
-
-// evict starts job j's grace period: it loses the progress since its last
-// completed checkpoint. A notice checkpoint in flight goes on through the
-// grace period and counts if it completes within it; one not yet started is
-// not started (the job is told to stop before it began).
-func (s *sim) evict(j *simJob, t time.Duration) {
-	if j.saving && j.ckptFrom > t {
-		j.saving = false // due to start later: never started
-	}
-	if j.saving {
-		// The job goes on saving through its grace period.
-		s.checkpointed(j, t, j.ckptTo <= t+s.cfg.GracePeriod)
-	}
-	lost := j.progress(t) - j.saved
-	j.done += j.saved
-	j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
-	s.res.Preemptions++
-	s.res.ReclaimedGPUs += j.GPUs
-	s.nodes[j.node].reclaimed += j.GPUs
-	s.nodes[j.node].returning += j.GPUs
-	s.res.LostGPUHours += float64(j.GPUs) * lost.Hours()
-	if j.noticed {
-		s.res.NoticedEvictions++
-		s.leads = append(s.leads, t-j.noticeSince)
-		s.firmLeads = append(s.firmLeads, t-j.noticeFirm)
-	}
-}
-
-// checkpoint moves job j's checkpoints on to t: a notice checkpoint in flight
-// that has completed, the periodic ones (every CheckpointInterval of
-// progress, taken as instant), and the one due to complete by the noticed
-// time.
-func (s *sim) checkpoint(j *simJob, t time.Duration) {
-	if j.saving && j.ckptTo <= t {
-		s.checkpointed(j, j.ckptTo, true)
-	}
-	p := j.progress(t)
-	if k := p / s.cfg.CheckpointInterval * s.cfg.CheckpointInterval; k > j.saved {
-		j.saved, j.savedAt = k, t-(p-k)
-	}
-	s.justInTime(j, t)
-}
-
-// justInTime starts, in the step from t, the checkpoint due to complete by
-// the noticed time (at t if that is already too late).
-func (s *sim) justInTime(j *simJob, t time.Duration) {
-	if !j.noticed || j.jit || j.saving {
-		return
-	}
-	c := s.checkpointCost(j)
-	from := j.noticeAt - c
-	if from >= t+s.cfg.ScrapeInterval {
-		return // not in this step
-	}
-	from = max(t, from)
-	j.jit = true
-	// Only a checkpoint that saves more work than it costs, and that can
-	// complete before the job is stopped (its grace period after the noticed
-	// time), is worth taking.
-	if j.progress(from)-j.saved < c || from+c > j.noticeAt+s.cfg.GracePeriod {
-		return
-	}
-	s.startCheckpoint(j, from)
-}
-
-// checkpointCost is how long job j takes to save a checkpoint.
-func (s *sim) checkpointCost(j *simJob) time.Duration {
-	return time.Duration(float64(s.cfg.CheckpointCost) * float64(j.GPUs) / float64(s.cfg.GPUsPerNode))
-}
-
-func (s *sim) startCheckpoint(j *simJob, t time.Duration) {
-	j.saving, j.ckptFrom, j.ckptTo = true, t, t+s.checkpointCost(j)
-}
-
-// checkpointed ends job j's notice checkpoint: completed, or stopped at t by
-// an eviction (completed if it completes within the grace period). The time
-// it took until then counts as lost work, the job made no progress; the time
-// it goes on taking in the grace period does not (no job makes progress
-// there).
-func (s *sim) checkpointed(j *simJob, t time.Duration, completed bool) {
-	held := j.progress(j.ckptFrom)
-	spent := min(t, j.ckptTo) - j.ckptFrom
-	j.saving = false
-	j.paused += spent
-	gpuHours := float64(j.GPUs) * spent.Hours()
-	s.res.LostGPUHours += gpuHours
-	s.res.NoticeCheckpointGPUHours += gpuHours
-	if completed && held > j.saved {
-		j.saved, j.savedAt = held, j.ckptTo
-	}
-}
-
-// notify hands the round's reclaim notices to the jobs. A noticed job works
-// on and checkpoints so as to complete by the noticed time (again if the time
-// moves: the round keeps a time that moved by less than its step), when that
-// saves more work than the checkpoint costs. Notices not given again are
-// withdrawn.
-func (s *sim) notify(notices []round.Notice, t time.Duration) {
-	s.round++
-	for _, n := range notices {
-		j := s.jobOf[n.Pod]
-		at := n.At.Sub(s.t0)
-		if !j.noticed {
-			j.noticed, j.noticeSince, j.noticeFirm, j.noticeAt, j.jit = true, t, t, at, false
-			s.res.Notices++
-		} else if at != j.noticeAt {
-			if at < j.noticeAt {
-				j.noticeFirm = t
-			}
-			j.noticeAt, j.jit = at, false
-		}
-		s.justInTime(j, t)
-		j.noticeRound = s.round
-	}
-	for _, j := range s.running {
-		if j.noticed && !j.evicted && j.noticeRound != s.round {
-			j.noticed = false
-			s.res.NoticesWithdrawn++
-		}
-	}
-}
-
-// pod is job j as the reclaimer sees it at t.
-func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
-	if j.pod != nil && j.podSavedAt == j.savedAt && j.podEvicted == j.evicted {
-		return j.pod // nothing the reclaimer reads has changed
-	}
-	j.podSavedAt, j.podEvicted = j.savedAt, j.evicted
-	start := metav1.NewTime(s.now(j.start))
-	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: j.name, UID: types.UID(fmt.Sprintf("%s/%d", j.name, j.runs))},
-		Spec: v1.PodSpec{NodeName: s.nodes[j.node].name, Containers: []v1.Container{{Name: "job",
-			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{api.GPUResource: *resource.NewQuantity(j.GPUs, resource.DecimalSI)}}}}},
-		Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start},
-	}
-	if j.savedAt > j.start {
-		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: api.FormatTime(s.now(j.savedAt))}
-	}
-	if j.evicted {
-		// As the API server marks a pod asked to stop: the end of its grace period.
-		del := metav1.NewTime(s.now(j.freeAt))
-		grace := int64(s.cfg.GracePeriod / time.Second)
-		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &del, &grace
-	}
-	j.pod = p
-	return p
-}
-
-// refill submits jobs until the queue asks for at least the backlog's GPUs.
-func (s *sim) refill() {
-	target := s.cfg.BacklogGPUs
-	if target <= 0 {
-		target = s.fleetGPUs
-	}
-	for s.queuedGPUs < target && len(s.jobs) > 0 {
-		if s.nextJob == len(s.jobs) && s.cfg.NoReplay {
-			return
-		}
-		s.submit()
-	}
-}
-
-// submit queues the trace's next job (replaying the trace from its start when
-// it runs out, unless NoReplay) and returns it; nil when nothing was queued.
-func (s *sim) submit() *simJob {
-	if s.nextJob == len(s.jobs) {
-		if s.cfg.NoReplay {
-			return nil
-		}
-		s.nextJob = 0
-	}
-	job := s.jobs[s.nextJob]
-	name := job.Name
-	if replay := s.submissions / len(s.jobs); replay > 0 {
-		name = fmt.Sprintf("%s-r%d", job.Name, replay)
-	}
-	s.nextJob++
-	s.submissions++
-	if job.GPUs > s.cfg.GPUsPerNode {
-		return nil // fits on no node
-	}
-	j := &simJob{Job: job, name: name, node: -1}
-	s.queue = append(s.queue, j)
-	s.queuedGPUs += job.GPUs
-	return j
-}
-
-// schedule places queued jobs as gleaner-scheduler would. When lendable GPUs
-// stay free because every queued job is too big for them, more jobs are
-// submitted until one fits: the backlog holds work of every size, so a queue
-// of whole-node jobs does not keep smaller work off the GPUs.
-func (s *sim) schedule(t time.Duration) {
-	s.refill()
-	for s.place(t) && s.submitFitting(s.largestHole()) {
-	}
-}
-
-// largestHole is the most GPUs one more job could take on a single open node.
-func (s *sim) largestHole() int64 {
-	var hole int64
-	for i := range s.nodes {
-		n, v := &s.nodes[i], s.verdicts[i]
-		if v.State == api.HarvestOpen {
-			hole = max(hole, min(v.HarvestableGPUs-n.lent, n.alloc-n.serving-n.lent))
-		}
-	}
-	return hole
-}
-
-// submitFitting submits jobs in trace order until one of at most gpus GPUs is
-// queued, and reports whether one was (trying the trace once round at most).
-func (s *sim) submitFitting(gpus int64) bool {
-	for tries := 0; gpus > 0 && tries < len(s.jobs); tries++ {
-		if j := s.submit(); j != nil && j.GPUs <= gpus {
-			return true
-		}
-	}
-	return false
-}
-
-// place runs one pass over the queue and reports whether a queued job found
-// no node.
-func (s *sim) place(t time.Duration) bool {
-	minFail := int64(math.MaxInt64)
-	placed := false
-	for qi, j := range s.queue {
-		if j.GPUs >= minFail {
-			continue
-		}
-		best, bestScore := -1, int64(-1)
-		for i := range s.nodes {
-			n, v := &s.nodes[i], s.verdicts[i]
-			// GPUHarvest's Filter, then NodeResourcesFit's GPU check.
-			if v.Fit(n.lent, j.GPUs) != harvest.Fits || n.alloc-n.serving-n.lent < j.GPUs {
-				continue
-			}
-			score := harvest.PlacementScore(harvest.PlacementNode{HarvestableGPUs: v.HarvestableGPUs, LentGPUs: n.lent,
-				AllocatableGPUs: n.alloc, ServingGPUs: n.serving}, j.GPUs, s.cfg.PackingWeight, s.cfg.IdleWeight, 100)
-			if s.cfg.DeclareInterval {
-				var avail int64 // unknown: no credit, as the plugin gives
-				if a, ok := s.avail[n.name]; ok {
-					avail = harvest.AvailabilityScore(a, s.cfg.CheckpointInterval, 100)
-				}
-				score = harvest.WithAvailability(score, s.cfg.PackingWeight+s.cfg.IdleWeight, avail, 1)
-			}
-			if score > bestScore {
-				best, bestScore = i, score
-			}
-		}
-		if best < 0 {
-			minFail = j.GPUs
-			if minFail <= 1 {
-				break
-			}
-			continue
-		}
-		j.node, j.runs = best, j.runs+1
-		j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod = t, 0, 0, t, false, nil
-		n := &s.nodes[best]
-		n.lent += j.GPUs
-		unused := min(n.reclaimed, j.GPUs)
-		n.reclaimed -= unused
-		s.res.ReclaimedUnusedGPUs += unused
-		s.queuedGPUs -= j.GPUs
-		s.running = append(s.running, j)
-		s.queue[qi] = nil
-		s.res.JobsStarted++
-		placed = true
-	}
-	if placed {
-		kept := s.queue[:0]
-		for _, j := range s.queue {
-			if j != nil {
-				kept = append(kept, j)
-			}
-		}
-		clear(s.queue[len(kept):])
-		s.queue = kept
-	}
-	return minFail != math.MaxInt64
 }
 
 func (s *sim) account(t, dt time.Duration) {
@@ -1181,7 +582,7 @@ func (s *sim) account(t, dt time.Duration) {
 		lent += s.nodes[i].lent
 	}
 	for i := range s.svcs {
-		needed += int64(s.svcs[i].desired) * s.cfg.GPUsPerReplica
+		needed += int64(s.svcs[i].wanted) * s.cfg.GPUsPerReplica
 	}
 	h := dt.Hours()
 	s.res.IdleGPUHours += float64(max(0, s.fleetGPUs-needed)) * h

@@ -3,16 +3,30 @@ package simulate
 import (
 	"cmp"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/availability"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/round"
 )
+
+// handComputed is the evaluation default with the model the hand-computed
+// figures below assume: each service follows its load at once (its own
+// autoscaler) and a resumed job restarts at no cost. The gleaner autoscaler
+// and the restart cost have tests of their own.
+func handComputed() Config {
+	cfg := DefaultConfig()
+	cfg.InferenceAutoscaler, cfg.RestartCost = ExternalAutoscaler, 0
+	return cfg
+}
 
 // small is a one-node cluster (8 GPUs) serving one service with 4-GPU
 // replicas of 20 req/s, its trace in one-hour windows, read as steps.
 func small(rates ...float64) (Config, *Fleet) {
-	cfg := DefaultConfig()
+	cfg := handComputed()
 	cfg.Duration = time.Duration(len(rates)) * time.Hour
 	cfg.StepLoad = true
 	cfg.NoReplay = true
@@ -246,7 +260,7 @@ func TestConfigErrors(t *testing.T) {
 // period, 120 s. Bound by service instead, a would take them after 60 s and b
 // would wait 180 s, over the 155 s budget.
 func TestReplicasBindInTheOrderWanted(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := handComputed()
 	cfg.StepLoad, cfg.NoReplay, cfg.NoTrend, cfg.SampleEvery = true, true, true, 0
 	cfg.Duration = 20 * time.Minute
 	fleet := &Fleet{Window: time.Minute, Services: []ServiceTrace{
@@ -314,7 +328,7 @@ func TestNoticeCheckpoint(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := handComputed()
 			s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8}}}
 			j := &simJob{Job: Job{Name: "j", GPUs: 1, Work: 100 * time.Hour}, node: 0}
 			s.running = []*simJob{j}
@@ -421,7 +435,7 @@ func TestCalibrationRangeOverTheDays(t *testing.T) {
 // the rare levels to judge it by. Jobs that declare their checkpoint
 // interval are placed by availability as well, which changes where they run.
 func TestAvailabilityCalibration(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := handComputed()
 	cfg.Duration, cfg.SampleEvery = 4*24*time.Hour, 0
 	fleet, jobs := SyntheticFleet(6, 3, 1), SyntheticJobs(2000, 1)
 	results := map[Policy]Result{}
@@ -451,5 +465,81 @@ func TestAvailabilityCalibration(t *testing.T) {
 	}
 	if f := results[Forecast]; declared.JobsStarted == f.JobsStarted && declared.Preemptions == f.Preemptions && declared.LostGPUHours == f.LostGPUHours {
 		t.Fatalf("jobs declaring their interval ran exactly as without (%d started, %d preempted)", f.JobsStarted, f.Preemptions)
+	}
+}
+
+// TestGleanerAutoscalerStartsTheReplicaAtTheLead: one service on one node,
+// 10 req/s but 30 from noon to one every day, a job lending the other half
+// of the node. With Gleaner's autoscaler and the forecast policy, in week 2
+// the learned profile sees noon coming: the job gets its notice an hour
+// ahead, the replica is started at 11:55 (the reclaim lead before noon,
+// when the plan over the lead takes the job's GPUs back, not at 11:45 when
+// the horizon first reaches noon), binds when the job's grace period ends
+// and serves before the load arrives: no wait anyone sees. In week 1 the
+// load itself asks for the replica at noon and it waits for the eviction.
+func TestGleanerAutoscalerStartsTheReplicaAtTheLead(t *testing.T) {
+	rates := make([]float64, 14*24)
+	for i := range rates {
+		rates[i] = 10
+		if i%24 == 12 {
+			rates[i] = 30
+		}
+	}
+	cfg, fleet := small(rates...)
+	cfg.InferenceAutoscaler, cfg.NoReplay = GleanerAutoscaler, false
+	var scaledUp []time.Time
+	cfg.OnRound = func(obs round.Observation, d round.Decision) {
+		for _, sc := range d.Scale {
+			if sc.Decision.Replicas > sc.From {
+				scaledUp = append(scaledUp, obs.Now)
+			}
+		}
+	}
+	r, err := Run(cfg, Forecast, fleet, []Job{{Name: "long", GPUs: 4, Work: 1000 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var week2 []string
+	for _, at := range scaledUp {
+		if at.Sub(cfg.start()) >= 7*24*time.Hour {
+			week2 = append(week2, at.Format("15:04:05"))
+		}
+	}
+	if len(week2) != 7 || slices.ContainsFunc(week2, func(s string) bool { return s != "11:55:00" }) {
+		t.Errorf("week 2 started replicas at %v, want 11:55:00 each day", week2)
+	}
+	// Week 1: each day the round at noon starts the replica and evicts the
+	// job, and the replica waits out its grace period (120 s); week 2: never.
+	if r.InferenceWaitSeconds != 7*120 || r.InferenceWaitsOverBudget != 0 || r.MaxInferenceWaitSeconds != 120 {
+		t.Errorf("waited %g s (max %g, %d over budget), want 7 x 120 s in week 1 alone", r.InferenceWaitSeconds, r.MaxInferenceWaitSeconds, r.InferenceWaitsOverBudget)
+	}
+	if r.Preemptions != 14 || r.NoticedEvictions < 7 || r.NoticeLeadP50Seconds < 30*60 {
+		t.Errorf("%d evictions, %d noticed, lead p50 %gs: want every week-2 eviction noticed well ahead", r.Preemptions, r.NoticedEvictions, r.NoticeLeadP50Seconds)
+	}
+}
+
+// A job resumed after an eviction loses RestartCost x (1 + log2 GPUs) on
+// each GPU before its first step, counted as lost work; evicted while it
+// restarts, it loses only the part it spent.
+func TestRestartCost(t *testing.T) {
+	cfg := handComputed()
+	cfg.RestartCost = 30 * time.Second
+	s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8}}, verdicts: []harvest.NodePlan{{Verdict: harvest.Verdict{State: api.HarvestOpen, HarvestableGPUs: 8}}}}
+	j := &simJob{Job: Job{Name: "j", GPUs: 4, Work: 100 * time.Hour}, node: -1, runs: 1}
+	s.queue = []*simJob{j}
+	s.place(0)
+	// 4 GPUs: 30 s x (1 + 2) = 90 s each.
+	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*90*time.Second || j.start != 90*time.Second {
+		t.Fatalf("a resumed 4-GPU job: %v GPU-time restarting, progress from %v; want 6m0s from 1m30s", got, j.start)
+	}
+	s.evict(j, 60*time.Second)
+	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*60*time.Second || s.res.LostGPUHours != s.res.RestartGPUHours {
+		t.Fatalf("evicted 60 s into its restart: %v GPU-time restarting, %g GPU-h lost; want 4m0s, all of it restart", got, s.res.LostGPUHours)
+	}
+	first := &simJob{Job: Job{Name: "f", GPUs: 8, Work: time.Hour}, node: -1}
+	s.queue, s.nodes[0].lent = []*simJob{first}, 0
+	s.place(0)
+	if first.start != 0 {
+		t.Errorf("a first run starts making progress at %v, want at once", first.start)
 	}
 }
