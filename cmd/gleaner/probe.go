@@ -31,6 +31,39 @@ type probeResult struct {
 	TimeToFirstTokenSeconds  *probeLatency `json:"timeToFirstTokenSeconds,omitempty"`
 	InterTokenLatencySeconds *probeLatency `json:"interTokenLatencySeconds,omitempty"`
 	ScrapeSeconds            float64       `json:"scrapeSeconds"` // how long the scrape took, parsing included
+	// SleepState is vLLM's sleep mode as Gleaner reads it: see sleepState.
+	SleepState      string `json:"sleepState"`
+	SleepingEngines int    `json:"sleepingEngines"`
+	// SleepLevel is the deepest level among the sleeping engines: 0 (none
+	// named), 1 (weights offloaded to CPU memory) or 2 (weights discarded);
+	// omitted when no engine sleeps.
+	SleepLevel *int `json:"sleepLevel,omitempty"`
+}
+
+// The values of probeResult.SleepState.
+const (
+	// sleepAsleep: every engine sleeps; the server serves nothing until
+	// woken, and holds its GPUs. Gleaner counts it as capacity to wake.
+	sleepAsleep = "asleep"
+	// sleepPartly: some engines sleep; the others serve, so Gleaner counts
+	// the server as awake.
+	sleepPartly = "partly-asleep"
+	sleepAwake  = "awake"
+	// sleepUnreported: no engine reports a sleep state (vLLM before late
+	// 2025, or another server): read as awake.
+	sleepUnreported = "unreported"
+)
+
+func sleepState(m vllm.Metrics) string {
+	switch {
+	case m.Asleep():
+		return sleepAsleep
+	case m.Sleeping > 0:
+		return sleepPartly
+	case m.SleepReported > 0:
+		return sleepAwake
+	}
+	return sleepUnreported
 }
 
 // probeLatency is in seconds. Quantiles are omitted without observations or
@@ -68,9 +101,10 @@ func newProbeCommand() *cobra.Command {
 		Long: `Scrape one vLLM /metrics endpoint the way gleaner-controller does and print
 one JSON object: running, waiting, kvCacheUsage, engines, models,
 promptTokensTotal, generationTokensTotal, preemptionsTotal, lifetime latency
-quantiles and scrapeSeconds. On failure print the problem (HTTP status,
-timeout, body too large, parse error with its line, not vLLM) on stderr and
-exit 1.
+quantiles, scrapeSeconds, and vLLM's sleep mode: sleepState (awake, asleep,
+partly-asleep or unreported), sleepingEngines and sleepLevel. On failure
+print the problem (HTTP status, timeout, body too large, parse error with
+its line, not vLLM) on stderr and exit 1.
 
 URL may omit the scheme (http) and the path (/metrics): 10.0.3.7:8000 works.`,
 		Example: `  gleaner probe http://10.0.3.7:8000/metrics
@@ -103,6 +137,11 @@ URL may omit the scheme (http) and the path (/metrics): 10.0.3.7:8000 works.`,
 				TimeToFirstTokenSeconds:  lifetimeLatency(m.TimeToFirstToken),
 				InterTokenLatencySeconds: lifetimeLatency(m.InterTokenLatency),
 				ScrapeSeconds:            time.Since(start).Seconds(),
+				SleepState:               sleepState(m),
+				SleepingEngines:          m.Sleeping,
+			}
+			if m.Sleeping > 0 {
+				res.SleepLevel = &m.SleepLevel
 			}
 			if res.Models == nil {
 				res.Models = []string{}

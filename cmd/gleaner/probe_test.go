@@ -122,6 +122,9 @@ func TestProbe(t *testing.T) {
 				},
 				// Buckets not read: no quantiles.
 				"interTokenLatencySeconds": map[string]any{"observations": 100.0, "mean": 0.03},
+				// No vllm:engine_sleep_state: read as awake, and said so.
+				"sleepState":      "unreported",
+				"sleepingEngines": 0.0,
 			}
 			if s, ok := got["scrapeSeconds"].(float64); !ok || s <= 0 || s > 5 {
 				t.Errorf("scrapeSeconds = %v, want a duration in seconds", got["scrapeSeconds"])
@@ -153,6 +156,69 @@ func roundFloats(v any) any {
 		return out
 	}
 	return v
+}
+
+// sleepingServer is a data-parallel vLLM server whose engines are in the
+// given sleep states (awake, weights_offloaded or discard_all), written as
+// vLLM writes vllm:engine_sleep_state: one series per state, that one 1.
+func sleepingServer(states ...string) string {
+	var b strings.Builder
+	b.WriteString("# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\n")
+	for engine := range states {
+		fmt.Fprintf(&b, "vllm:num_requests_running{engine=\"%d\",model_name=\"llama\"} 0.0\n", engine)
+	}
+	b.WriteString("# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; " +
+		"weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n# TYPE vllm:engine_sleep_state gauge\n")
+	for engine, state := range states {
+		for _, s := range []string{"awake", "weights_offloaded", "discard_all"} {
+			v := "0.0"
+			if s == state {
+				v = "1.0"
+			}
+			fmt.Fprintf(&b, "vllm:engine_sleep_state{engine=\"%d\",model_name=\"llama\",sleep_state=\"%s\"} %s\n", engine, s, v)
+		}
+	}
+	return b.String()
+}
+
+func TestProbeShowsSleepState(t *testing.T) {
+	tests := []struct {
+		name   string
+		states []string
+		want   map[string]any // the sleep fields of the output; sleepLevel absent when nil
+	}{
+		{"every engine asleep: the deepest level", []string{"weights_offloaded", "discard_all"},
+			map[string]any{"sleepState": "asleep", "sleepingEngines": 2.0, "sleepLevel": 2.0}},
+		{"asleep at level 1", []string{"weights_offloaded"},
+			map[string]any{"sleepState": "asleep", "sleepingEngines": 1.0, "sleepLevel": 1.0}},
+		{"one engine of two asleep", []string{"weights_offloaded", "awake"},
+			map[string]any{"sleepState": "partly-asleep", "sleepingEngines": 1.0, "sleepLevel": 1.0}},
+		{"awake", []string{"awake", "awake"},
+			map[string]any{"sleepState": "awake", "sleepingEngines": 0.0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body := sleepingServer(tc.states...)
+			target := serve(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })
+			stdout, stderr, code := gleaner(t, "probe", target)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			var got map[string]any
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+			}
+			sleep := map[string]any{}
+			for _, key := range []string{"sleepState", "sleepingEngines", "sleepLevel"} {
+				if v, ok := got[key]; ok {
+					sleep[key] = v
+				}
+			}
+			if !reflect.DeepEqual(sleep, tc.want) {
+				t.Errorf("probe printed %v, want %v\n%s", sleep, tc.want, stdout)
+			}
+		})
+	}
 }
 
 func TestProbeNoModelsIsEmptyList(t *testing.T) {
@@ -203,6 +269,13 @@ func TestProbeFailures(t *testing.T) {
 				fmt.Fprint(w, "vllm:num_requests_running 1\nvllm:num_requests_waiting one\n")
 			},
 			wantErr: []string{"line 2", `"vllm:num_requests_waiting one"`},
+		},
+		{
+			name: "contradictory sleep state",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprint(w, strings.Replace(sleepingServer("awake"), `sleep_state="discard_all"} 0.0`, `sleep_state="discard_all"} 1.0`, 1))
+			},
+			wantErr: []string{`vllm:engine_sleep_state{engine="0"}: awake is 1, and so is a sleep level`},
 		},
 		{
 			name:    "not vLLM",

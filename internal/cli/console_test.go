@@ -75,6 +75,11 @@ func TestConsoleRenders(t *testing.T) {
 	if n := strings.Count(page, `class="gpu lent"`); n != 3+1 { // three in the grid, one in the legend
 		t.Errorf("%d lent GPUs drawn, want 3 and the legend's", n)
 	}
+	// The pool publishes no replica's state: the legend says where the GPUs
+	// of a replica asleep in vLLM's sleep mode are, and that they are not lent.
+	if !strings.Contains(page, `<span class="gpu serving" aria-hidden="true">S</span> serving inference, or held by a replica asleep until woken: never lent`) {
+		t.Error("the legend does not say that an asleep replica's GPUs are held, never lent")
+	}
 	// Relative links (an ingress may serve it under a path), and a menu of
 	// the namespaces served.
 	for _, want := range []string{`<svg viewBox`, `class="band"`, `data-name="x"`, `src="static/console.js"`, `data-namespace="research"`,

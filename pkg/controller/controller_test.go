@@ -509,6 +509,49 @@ func TestPendingAndNeverReadyReplicasKeepRoom(t *testing.T) {
 	}
 }
 
+// A replica asleep in vLLM's sleep mode holds its GPUs, which are never
+// lent, and is the replica that requests waiting on an awake one move to
+// once woken: no lent GPUs are taken back for a new replica. Awake and idle,
+// the same replica would not count as spare (it already serves), and room
+// for one more is kept.
+func TestAsleepReplicaHoldsItsGPUsAndIsWokenBeforeNewOnes(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4), testobj.Inference("serving", "chat-1", "chat", "a", 4), chat(2, nil),
+		testobj.BestEffort("research", "job", "b", 8, t0.Add(-time.Hour)))
+	asleep := fresh("serving", "chat", 0, 0, 4)
+	asleep.Metrics = vllm.Metrics{Engines: 1, SleepReported: 1, Sleeping: 1, SleepLevel: 1}
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 2, 1, 4), asleep}
+
+	o, err := tc.c.observe(context.Background(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := tc.c.planner.Plan(o.Observation).Services[0].Need
+	if need.Current != 2 || need.HeadroomReplicas != 0 || need.Asleep != 1 || need.Wake != 1 {
+		t.Errorf("need %+v: want 2 current, 1 asleep to wake and no room kept", need)
+	}
+	writes, err := tc.sync(t, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := only(writes, "pods/eviction"); len(got) != 0 {
+		t.Errorf("evictions %v: the asleep replica serves the waiting request once woken, on its own GPUs", got)
+	}
+	if v := tc.verdict(t, "a"); v.HarvestableGPUs != 0 {
+		t.Errorf("node a %+v: the asleep replica's 4 GPUs were made lendable", v)
+	}
+
+	tc.load.loads[1].Metrics = vllm.Metrics{Engines: 1, SleepReported: 1} // awake, idle
+	writes, err = tc.sync(t, t0.Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := only(writes, "pods/eviction"); len(got) != 1 {
+		t.Errorf("evictions %v: awake, the idle replica is no spare and a new replica's 4 GPUs must be taken back", got)
+	}
+}
+
 // The controller forgets what belonged to deleted namespaces and nodes.
 func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
 	tc := newTestCluster(t, Config{SyncPeriod: 5 * time.Second, Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})

@@ -85,6 +85,7 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 			Waiting:  pl.Metrics.Waiting,
 			KVCache:  pl.Metrics.KVCacheUsage,
 			GPUs:     pl.GPUs,
+			Asleep:   pl.Metrics.Asleep(),
 		})
 	}
 	for _, d := range deployments {

@@ -42,6 +42,10 @@ type Replica struct {
 	KVCache float64
 	// GPUs the replica requests.
 	GPUs int64
+	// Asleep: the replica's fresh metrics say vLLM sleeps (every engine of
+	// it). It serves nothing until woken, yet holds its GPUs: capacity that
+	// needs a wake-up, not load. Read only when Known.
+	Asleep bool
 }
 
 // Service is one inference service's replicas.
@@ -87,6 +91,10 @@ type Need struct {
 	Complete bool
 	// Target is the per-replica target applied.
 	Target float64
+	// Asleep counts the bound replicas asleep; Wake is how many of them
+	// Needed includes: replicas the service gets back by waking them, on
+	// the GPUs they hold, for which no room is kept.
+	Asleep, Wake int
 }
 
 // Target is the per-replica target for the service's metric, with defaults.
@@ -106,13 +114,26 @@ func (s Service) Target() float64 {
 //	planned = max(load of known replicas, ForecastLoad) x (1 + Margin)
 //	needed  = ceil(planned / target) + unknown replicas
 //	and at least current + pending replicas (pending: not yet bound; current
-//	counts the bound ones), and, if any replica is unknown, or has waiting
-//	requests while no replica is starting or pending, at least current + 1
+//	counts the bound ones), and, if any replica is unknown, at least
+//	current + 1, and, if any replica has waiting requests while no replica is
+//	starting or pending, at least current + 1 - idle asleep replicas
+//	headroom = max(0, needed - current)
+//	wake     = min(asleep, max(0, needed - (current - asleep)))
 //
 // A replica whose metrics are missing, stale or malformed (negative, NaN or
 // infinite) counts as saturated (fail closed): its service keeps room for one
 // more replica. An unreadable forecast (NaN) counts as unbounded. Needed is at
 // most max(MaxReplicas, current) when MaxReplicas is set.
+//
+// A replica asleep (vLLM's sleep mode, read from fresh metrics only) serves
+// nothing until woken: it adds only the load of requests held in it (usually
+// none), and is not ready capacity for the load now: the needed replicas
+// beyond the awake ones are asleep ones to wake (wake) before new ones. It
+// holds its GPUs and waking it takes no more, so it stays in current: no room
+// is kept for a replica it could be, and an idle one (no request in it) is
+// the one more that waiting requests ask for, as a starting one is. Its GPUs
+// are never lendable: the planner counts every GPU an inference pod requests
+// as serving, asleep or not.
 //
 // It is Observe(s).Need(s.ForecastLoad, s.Margin): a caller asking about
 // many forecasts of one service observes its replicas once.
@@ -130,8 +151,11 @@ type Observed struct {
 	Load     float64
 	Complete bool
 	// Current counts the bound replicas; the others are the replicas by state.
+	// Asleep replicas are among the current ones: idleAsleep of them have no
+	// request in them (see Assess).
 	Current                             int
 	Unknown, Waiting, Starting, Pending int
+	Asleep, idleAsleep                  int
 	// limit bounds needed before the floors (MaxReplicas, else maxNeeded);
 	// maxReplicas is MaxReplicas (0: none), which bounds it after them.
 	limit, maxReplicas int
@@ -168,6 +192,12 @@ func Observe(s Service) Observed {
 		if r.Waiting > 0 {
 			o.Waiting++
 		}
+		if r.Asleep {
+			o.Asleep++
+			if r.Running == 0 && r.Waiting == 0 {
+				o.idleAsleep++
+			}
+		}
 	}
 	o.Current = len(s.Replicas) - o.Pending
 	o.Complete = o.Unknown == 0
@@ -197,16 +227,21 @@ func (o Observed) needed(forecastLoad, margin float64) (int, why) {
 		needed = float64(o.limit) // unreadable: fail closed
 	}
 	n := int(min(needed, float64(o.limit)))
+	if o.Waiting > 0 && o.Starting == 0 && o.Pending == 0 && o.idleAsleep > 0 {
+		// An idle asleep replica, woken, is the one more the waiting requests
+		// ask for, on GPUs it holds: it is among the current ones.
+		n = max(n, o.Current+1-o.idleAsleep)
+	}
 	switch {
 	case o.Pending > 0 && n < o.Current+o.Pending:
 		// Whoever created the pending replicas wants them: keep their room.
 		return o.Current + o.Pending, pendingReplicas
 	case o.Unknown > 0:
 		return max(n, o.Current+1), unknownReplicas
-	case o.Waiting > 0 && o.Starting == 0 && o.Pending == 0:
-		// A replica already starting or pending is the one more the waiting
-		// requests ask for: they move to it once it serves, so no further room
-		// is kept.
+	case o.Waiting > 0 && o.Starting == 0 && o.Pending == 0 && o.idleAsleep == 0:
+		// A replica already starting, pending or idle asleep is the one more
+		// the waiting requests ask for: they move to it once it serves, so no
+		// further room is kept.
 		return max(n, o.Current+1), waitingRequests
 	case n > o.Current && forecastLoad > o.Load:
 		return n, forecastNeeds
@@ -241,8 +276,9 @@ const (
 func (o Observed) Need(forecastLoad, margin float64) Need {
 	needed, reason := o.needed(forecastLoad, margin)
 	n := Need{Service: o.Service, Current: o.Current, Needed: o.bound(needed), GPUsPerReplica: o.GPUsPerReplica,
-		Load: o.Load, Complete: o.Complete, Target: o.Target}
+		Load: o.Load, Complete: o.Complete, Target: o.Target, Asleep: o.Asleep}
 	n.HeadroomReplicas = max(0, n.Needed-n.Current)
+	n.Wake = min(o.Asleep, max(0, n.Needed-(n.Current-o.Asleep)))
 	switch reason {
 	case pendingReplicas:
 		n.Reason = fmt.Sprintf("%d replicas are pending", o.Pending)

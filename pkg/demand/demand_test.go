@@ -167,3 +167,122 @@ func TestAssessBoundsExtremeLoads(t *testing.T) {
 		}
 	}
 }
+
+// An asleep replica serves nothing until woken but holds its GPUs: it stays
+// current, adds only the load held in it, and stands for the one more
+// replica waiting requests ask for only while no request is in it. Each case
+// is also assessed with its asleep replicas awake, to show what sleep changes.
+func TestAssessAsleep(t *testing.T) {
+	known := func(running, waiting float64) Replica {
+		return Replica{Known: true, Running: running, Waiting: waiting, GPUs: 4}
+	}
+	asleep := func(running, waiting float64) Replica {
+		return Replica{Known: true, Asleep: true, Running: running, Waiting: waiting, GPUs: 4}
+	}
+	type need struct{ current, needed, headroom, asleep, wake int }
+	tests := []struct {
+		name      string
+		svc       Service
+		want      need
+		wantAwake need // the same replicas, none asleep
+	}{
+		{
+			name:      "idle: asleep replicas are current and need no wake-up",
+			svc:       Service{Replicas: []Replica{known(0, 0), asleep(0, 0), asleep(0, 0)}},
+			want:      need{current: 3, needed: 0, headroom: 0, asleep: 2, wake: 0},
+			wantAwake: need{current: 3},
+		},
+		{
+			name:      "load the awake replicas carry wakes none",
+			svc:       Service{Replicas: []Replica{known(10, 0), known(12, 0), asleep(0, 0)}},
+			want:      need{current: 3, needed: 2, headroom: 0, asleep: 1, wake: 0},
+			wantAwake: need{current: 3, needed: 2},
+		},
+		{
+			name: "load beyond the awake replicas: wake one, keep no room for a new one",
+			// ceil(25/16) = 2 replicas; one is awake.
+			svc:       Service{Replicas: []Replica{known(16, 9), asleep(0, 0)}},
+			want:      need{current: 2, needed: 2, headroom: 0, asleep: 1, wake: 1},
+			wantAwake: need{current: 2, needed: 3, headroom: 1},
+		},
+		{
+			name: "forecast beyond the awake replicas: the asleep ones first",
+			// ceil(40/16) = 3 = current: the two asleep replicas are woken, no room kept.
+			svc:       Service{ForecastLoad: 40, Replicas: []Replica{known(10, 0), asleep(0, 0), asleep(0, 0)}},
+			want:      need{current: 3, needed: 3, headroom: 0, asleep: 2, wake: 2},
+			wantAwake: need{current: 3, needed: 3},
+		},
+		{
+			name: "load beyond every replica, asleep or not: wake them all and keep room",
+			// ceil(70/16) = 5.
+			svc:       Service{Replicas: []Replica{known(30, 40), asleep(0, 0)}},
+			want:      need{current: 2, needed: 5, headroom: 3, asleep: 1, wake: 1},
+			wantAwake: need{current: 2, needed: 5, headroom: 3},
+		},
+		{
+			name: "waiting requests: an idle asleep replica is the one more",
+			// load 3 needs 1; the waiting request asks for a second serving replica.
+			svc:       Service{Replicas: []Replica{known(2, 1), asleep(0, 0), asleep(0, 0)}},
+			want:      need{current: 3, needed: 2, headroom: 0, asleep: 2, wake: 1},
+			wantAwake: need{current: 3, needed: 4, headroom: 1},
+		},
+		{
+			name:      "requests waiting in the asleep replica itself: it is no spare, room is kept",
+			svc:       Service{Replicas: []Replica{known(1, 0), asleep(0, 3)}},
+			want:      need{current: 2, needed: 3, headroom: 1, asleep: 1, wake: 1},
+			wantAwake: need{current: 2, needed: 3, headroom: 1},
+		},
+		{
+			name:      "requests held running in an asleep replica are load, and it is no spare",
+			svc:       Service{Replicas: []Replica{known(1, 1), asleep(20, 0)}},
+			want:      need{current: 2, needed: 3, headroom: 1, asleep: 1, wake: 1},
+			wantAwake: need{current: 2, needed: 3, headroom: 1},
+		},
+		{
+			name:      "an asleep reading without fresh metrics is unknown: saturated",
+			svc:       Service{Replicas: []Replica{known(1, 0), {Asleep: true, GPUs: 4}}},
+			want:      need{current: 2, needed: 3, headroom: 1},
+			wantAwake: need{current: 2, needed: 3, headroom: 1},
+		},
+		{
+			name:      "an asleep replica reporting NaN is unknown: saturated",
+			svc:       Service{Replicas: []Replica{known(1, 0), asleep(math.NaN(), 0)}},
+			want:      need{current: 2, needed: 3, headroom: 1},
+			wantAwake: need{current: 2, needed: 3, headroom: 1},
+		},
+		{
+			name: "KV-cache load: an asleep replica's dropped cache adds none",
+			svc: Service{Metric: KVCache, TargetLoad: 0.5, Replicas: []Replica{
+				{Known: true, KVCache: 0.9, GPUs: 4}, {Known: true, Asleep: true, GPUs: 4}}},
+			want:      need{current: 2, needed: 2, headroom: 0, asleep: 1, wake: 1},
+			wantAwake: need{current: 2, needed: 2},
+		},
+	}
+	check := func(t *testing.T, which string, s Service, want need) {
+		t.Helper()
+		s.Name = "s"
+		n := Assess(s)
+		got := need{current: n.Current, needed: n.Needed, headroom: n.HeadroomReplicas, asleep: n.Asleep, wake: n.Wake}
+		if got != want {
+			t.Errorf("%s: got %+v, want %+v (reason %q)", which, got, want, n.Reason)
+		}
+		if (n.Reason != "") != (n.HeadroomReplicas > 0) {
+			t.Errorf("%s: Reason = %q with headroom %d: want a reason exactly when room is kept", which, n.Reason, n.HeadroomReplicas)
+		}
+		if n.GPUsPerReplica != 4 {
+			t.Errorf("%s: GPUsPerReplica = %d, want 4: asleep replicas are sized as any", which, n.GPUsPerReplica)
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check(t, "asleep", tt.svc, tt.want)
+			awake := tt.svc
+			awake.Replicas = make([]Replica, len(tt.svc.Replicas))
+			for i, r := range tt.svc.Replicas {
+				r.Asleep = false
+				awake.Replicas[i] = r
+			}
+			check(t, "awake", awake, tt.wantAwake)
+		})
+	}
+}

@@ -131,7 +131,7 @@ func (o Options) namespaces() []string {
 // PodLoad is the informer's view of one inference pod.
 //
 // The planning round reads Service, NodeName, Created, GPUs, Fresh, ScrapedAt, LastError and, of
-// Metrics, Running, Waiting and KVCacheUsage. Rates and the rest of Metrics
+// Metrics, Running, Waiting, KVCacheUsage and Asleep. Rates and the rest of Metrics
 // are diagnostic, for whoever debugs a service's signal: no decision depends
 // on them.
 type PodLoad struct {

@@ -36,6 +36,20 @@ const (
 	metricTimePerOutputToken = "vllm:time_per_output_token_seconds" // older name of inter_token_latency_seconds
 	labelEngine              = "engine"
 	labelModel               = "model_name"
+
+	// Sleep mode. vLLM (since late 2025) writes it as a state set, one
+	// series per state of each engine, at most one of them 1:
+	// sleep_state="awake", "weights_offloaded" (level 1) or "discard_all"
+	// (level 2); all three 0 mean asleep at a level it has no state for
+	// (level 0: scheduling paused, memory kept). The metric's first draft had
+	// no sleep_state label (1 = asleep) and a level gauge beside it; both
+	// forms are read (see sleep).
+	metricSleepState      = "vllm:engine_sleep_state"
+	metricSleepLevel      = "vllm:engine_sleep_level"
+	labelSleepState       = "sleep_state"
+	sleepAwake            = "awake"
+	sleepWeightsOffloaded = "weights_offloaded"
+	sleepDiscardAll       = "discard_all"
 )
 
 // Metrics is one parsed vLLM /metrics exposition.
@@ -56,7 +70,21 @@ type Metrics struct {
 	// vllm:inter_token_latency_seconds, fallback vllm:time_per_output_token_seconds:
 	// _count and _sum only (one +Inf bucket), enough for a mean; see wanted.
 	InterTokenLatency Histogram
+	// Sleep mode, from vllm:engine_sleep_state (and vllm:engine_sleep_level
+	// where a server has it): the engines that report a sleep state, those
+	// of them asleep, and the deepest level among those (0: none asleep, or
+	// no level named; 1: weights offloaded to CPU memory, KV cache dropped;
+	// 2: weights and KV cache dropped). An engine asleep serves nothing until
+	// woken, yet its process keeps its GPUs. An engine that reports no state
+	// is awake, as before vLLM had the metric.
+	SleepReported int
+	Sleeping      int
+	SleepLevel    int
 }
+
+// Asleep says the whole server sleeps: every engine it names reports that
+// it is asleep. A server with any engine awake still serves.
+func (m Metrics) Asleep() bool { return m.Sleeping > 0 && m.Sleeping >= m.Engines }
 
 // Histogram is a cumulative Prometheus histogram: Counts[i] observations were
 // at most Bounds[i]. Bounds ascend and, when not empty, end with +Inf, whose
@@ -130,13 +158,14 @@ func (l Limits) withDefaults() Limits {
 
 // Parse reads one Prometheus text exposition from a vLLM server. It fails when
 // the text is malformed, when a value Gleaner reads is negative or not finite,
-// when a histogram's buckets are inconsistent, or when the exposition has
-// neither vllm:num_requests_running nor vllm:num_requests_waiting (ErrNotVLLM:
-// the endpoint is not vLLM, or the scrape is truncated before them). On error
-// the returned Metrics is zero: a partly read exposition must not look idle.
-// A parse error names the line by its number and quotes it. An exposition
-// over the default Limits fails with ErrTooManySeries or
-// ErrTooManyLabelValues.
+// when a histogram's buckets are inconsistent, when a sleep state is not 0 or
+// 1 or contradicts itself (an engine reads as asleep only when its series
+// agree), or when the exposition has neither vllm:num_requests_running nor
+// vllm:num_requests_waiting (ErrNotVLLM: the endpoint is not vLLM, or the
+// scrape is truncated before them). On error the returned Metrics is zero: a
+// partly read exposition must not look idle. A parse error names the line by
+// its number and quotes it. An exposition over the default Limits fails with
+// ErrTooManySeries or ErrTooManyLabelValues.
 //
 // Only the families Gleaner reads go through the parser (see selectLines);
 // lines of other families are skipped unchecked.
@@ -235,6 +264,9 @@ func extract(families map[string]*dto.MetricFamily) (Metrics, error) {
 		return Metrics{}, err
 	}
 	if m.InterTokenLatency, err = p.histogram(p.first(metricInterTokenLatency, metricTimePerOutputToken)); err != nil {
+		return Metrics{}, err
+	}
+	if m.SleepReported, m.Sleeping, m.SleepLevel, err = p.sleep(); err != nil {
 		return Metrics{}, err
 	}
 
@@ -436,7 +468,8 @@ var textParsers = sync.Pool{New: func() any {
 var wanted = func() map[string]bool {
 	names := map[string]bool{}
 	for _, family := range []string{metricRunning, metricWaiting, metricKVCacheUsage, metricGPUCacheUsage,
-		metricPromptTokens, metricGenerationTokens, metricPreemptions, metricQueueTime, metricTimeToFirstToken} {
+		metricPromptTokens, metricGenerationTokens, metricPreemptions, metricQueueTime, metricTimeToFirstToken,
+		metricSleepState, metricSleepLevel} {
 		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
 			names[family+suffix] = true
 		}

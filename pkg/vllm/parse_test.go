@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -101,6 +102,15 @@ func TestParseFixtures(t *testing.T) {
 				GenerationTokensTotal: 955,
 				PreemptionsTotal:      2,
 			},
+		},
+		{
+			// The same server put to sleep at level 1, its state set as vLLM
+			// writes it appended after the capture's last line.
+			file:      "vllm-v1-2026-kserve-head40.txt",
+			variant:   "asleep",
+			transform: func(s string) string { return s + sleepStateSet("llama-vllm-single", "0", sleepWeightsOffloaded) },
+			want: Metrics{Engines: 1, Models: []string{"llama-vllm-single"},
+				SleepReported: 1, Sleeping: 1, SleepLevel: 1},
 		},
 		{
 			// The "..." elisions are not exposition format: a clear error, no partial data.
@@ -431,6 +441,182 @@ vllm:request_queue_time_seconds_sum -1
 	}
 }
 
+// sleepStateSet is vllm:engine_sleep_state as vLLM writes it for one engine
+// in state (awake, weights_offloaded or discard_all; "" for asleep with no
+// level named): one series per state, that one 1.
+func sleepStateSet(model, engine, state string) string {
+	var b strings.Builder
+	b.WriteString("# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; " +
+		"weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n# TYPE vllm:engine_sleep_state gauge\n")
+	for _, s := range []string{sleepAwake, sleepWeightsOffloaded, sleepDiscardAll} {
+		v := "0.0"
+		if s == state {
+			v = "1.0"
+		}
+		fmt.Fprintf(&b, "vllm:engine_sleep_state{engine=%q,model_name=%q,sleep_state=%q} %s\n", engine, model, s, v)
+	}
+	return b.String()
+}
+
+func TestParseSleep(t *testing.T) {
+	const load = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 0.0
+`
+	const twoEngines = load + `vllm:num_requests_running{engine="1",model_name="m"} 0.0
+`
+	one := Metrics{Engines: 1, Models: []string{"m"}}
+	with := func(m Metrics, reported, sleeping, level int) Metrics {
+		m.SleepReported, m.Sleeping, m.SleepLevel = reported, sleeping, level
+		return m
+	}
+	two := Metrics{Engines: 2, Models: []string{"m"}}
+	tests := []struct {
+		name       string
+		text       string
+		want       Metrics
+		wantAsleep bool
+		wantErr    string
+	}{
+		{name: "no sleep metric (vLLM before late 2025): awake, none reported", text: load, want: one},
+		{name: "awake", text: load + sleepStateSet("m", "0", sleepAwake), want: with(one, 1, 0, 0)},
+		{name: "asleep at level 1: weights offloaded", text: load + sleepStateSet("m", "0", sleepWeightsOffloaded),
+			want: with(one, 1, 1, 1), wantAsleep: true},
+		{name: "asleep at level 2: weights discarded", text: load + sleepStateSet("m", "0", sleepDiscardAll),
+			want: with(one, 1, 1, 2), wantAsleep: true},
+		{name: "asleep with no level named (level 0)", text: load + sleepStateSet("m", "0", ""),
+			want: with(one, 1, 1, 0), wantAsleep: true},
+		{
+			name: "data parallel, every engine asleep: the deepest level",
+			text: twoEngines + sleepStateSet("m", "0", sleepWeightsOffloaded) +
+				strings.Join(strings.Split(sleepStateSet("m", "1", sleepDiscardAll), "\n")[2:], "\n"),
+			want: with(two, 2, 2, 2), wantAsleep: true,
+		},
+		{
+			name: "data parallel, one engine awake: the server still serves",
+			text: twoEngines + sleepStateSet("m", "0", sleepWeightsOffloaded) +
+				strings.Join(strings.Split(sleepStateSet("m", "1", sleepAwake), "\n")[2:], "\n"),
+			want: with(two, 2, 1, 1),
+		},
+		{
+			name: "data parallel, one engine reports no state: not asleep",
+			text: twoEngines + sleepStateSet("m", "0", sleepWeightsOffloaded),
+			want: with(two, 1, 1, 1),
+		},
+		{
+			name: "no awake series: a level at 1 says asleep",
+			text: load + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="discard_all"} 1` + "\n",
+			want: with(one, 1, 1, 2), wantAsleep: true,
+		},
+		{
+			name: "no awake series and no level at 1: no state",
+			text: load + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="weights_offloaded"} 0` + "\n",
+			want: one,
+		},
+		{
+			name: "a state Gleaner does not know is checked, and awake decides",
+			text: load + sleepStateSet("m", "0", sleepAwake) + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="paused"} 1` + "\n",
+			want: with(one, 1, 0, 0),
+		},
+		{
+			name: "the first draft's form: asleep, with its level gauge",
+			text: load + "# TYPE vllm:engine_sleep_state gauge\nvllm:engine_sleep_state{engine=\"0\",model_name=\"m\"} 1.0\n" +
+				"# TYPE vllm:engine_sleep_level gauge\nvllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 2.0\n",
+			want: with(one, 1, 1, 2), wantAsleep: true,
+		},
+		{
+			name: "the first draft's form: awake",
+			text: load + "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\"} 0.0\nvllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 0.0\n",
+			want: with(one, 1, 0, 0),
+		},
+		{
+			name: "a level gauge that agrees with the state set",
+			text: load + sleepStateSet("m", "0", sleepWeightsOffloaded) + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 1\n",
+			want: with(one, 1, 1, 1), wantAsleep: true,
+		},
+		{
+			name: "a level gauge alone states nothing: awake",
+			text: load + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 2\n",
+			want: one,
+		},
+		{
+			name:    "malformed: a state neither 0 nor 1",
+			text:    load + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.5` + "\n",
+			wantErr: `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} has value 0.5, want 0 or 1`,
+		},
+		{
+			name:    "malformed: NaN",
+			text:    load + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} NaN` + "\n",
+			wantErr: "has value NaN, want a finite non-negative number",
+		},
+		{
+			name:    "malformed: an unknown state's value is checked too",
+			text:    load + sleepStateSet("m", "0", sleepWeightsOffloaded) + `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="paused"} 2` + "\n",
+			wantErr: `sleep_state="paused"} has value 2, want 0 or 1`,
+		},
+		{
+			name:    "malformed: a level that is not 0, 1 or 2",
+			text:    load + sleepStateSet("m", "0", sleepDiscardAll) + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 3\n",
+			wantErr: `vllm:engine_sleep_level{engine="0",model_name="m"} has value 3, want 0, 1 or 2`,
+		},
+		{
+			name:    "malformed: a fractional level",
+			text:    load + sleepStateSet("m", "0", "") + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 1.5\n",
+			wantErr: "has value 1.5, want 0, 1 or 2",
+		},
+		{
+			name:    "malformed: typed as a histogram",
+			text:    load + "# TYPE vllm:engine_sleep_state histogram\nvllm:engine_sleep_state_bucket{le=\"+Inf\"} 1\n",
+			wantErr: "vllm:engine_sleep_state has type HISTOGRAM, want gauge or counter",
+		},
+		{
+			name: "contradictory: awake and asleep at once",
+			text: load + strings.Replace(sleepStateSet("m", "0", sleepAwake),
+				`sleep_state="weights_offloaded"} 0.0`, `sleep_state="weights_offloaded"} 1.0`, 1),
+			wantErr: `vllm:engine_sleep_state{engine="0"}: awake is 1, and so is a sleep level`,
+		},
+		{
+			name: "contradictory: two levels at once",
+			text: load + strings.Replace(sleepStateSet("m", "0", sleepDiscardAll),
+				`sleep_state="weights_offloaded"} 0.0`, `sleep_state="weights_offloaded"} 1.0`, 1),
+			wantErr: "both weights_offloaded and discard_all are 1",
+		},
+		{
+			name:    "contradictory: the level gauge disagrees with the state set",
+			text:    load + sleepStateSet("m", "0", sleepWeightsOffloaded) + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 2\n",
+			wantErr: "the engine sleeps at level 1, but vllm:engine_sleep_level is 2",
+		},
+		{
+			name:    "contradictory: awake, with a sleep level",
+			text:    load + sleepStateSet("m", "0", sleepAwake) + "vllm:engine_sleep_level{engine=\"0\",model_name=\"m\"} 1\n",
+			wantErr: "the engine is awake, but vllm:engine_sleep_level is 1",
+		},
+		{
+			name:    "contradictory: both forms for one engine",
+			text:    load + sleepStateSet("m", "0", sleepAwake) + "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\"} 1\n",
+			wantErr: "series with and without a sleep_state label",
+		},
+		{
+			name: "contradictory: one engine's state twice, differently",
+			text: load + sleepStateSet("m", "0", sleepAwake) +
+				`vllm:engine_sleep_state{engine="0",model_name="other",sleep_state="awake"} 0` + "\n",
+			wantErr: `sleep_state="awake"} has value 0, but another series of the same engine and state has 1`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(strings.NewReader(tc.text))
+			checkParse(t, got, err, tc.want, tc.wantErr)
+			if got.Asleep() != tc.wantAsleep {
+				t.Errorf("Asleep() = %v, want %v", got.Asleep(), tc.wantAsleep)
+			}
+		})
+	}
+}
+
 func TestSelectLines(t *testing.T) {
 	tests := []struct {
 		line string
@@ -447,6 +633,8 @@ func TestSelectLines(t *testing.T) {
 		{"# HELP vllm:num_requests_waiting Number of requests waiting.", false},
 		{"# TYPE vllm:kv_cache_usage_perc gauge", true},
 		{"#TYPE\tvllm:gpu_cache_usage_perc gauge", true},
+		{"vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"} 1.0", true},
+		{"# TYPE vllm:engine_sleep_level gauge", true},
 		{"vllm:time_to_first_token_seconds_created{engine=\"0\"} 1.7e+09", false},
 		{"# TYPE vllm:prompt_tokens_created gauge", false},
 		{"vllm:iteration_tokens_total_bucket{le=\"1\"} 994", false},
@@ -611,6 +799,8 @@ func FuzzParse(f *testing.F) {
 		"vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.1\"} 2\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\"} 3\n" +
 		"vllm:time_to_first_token_seconds_bucket{engine=\"1\",le=\"0.1\"} 1\nvllm:time_to_first_token_seconds_count{engine=\"1\"} 4\n" +
 		"vllm:time_to_first_token_seconds_sum{engine=\"1\"} 1.5\n")
+	f.Add("vllm:num_requests_running{engine=\"0\"} 0\n" + sleepStateSet("m", "0", sleepWeightsOffloaded) +
+		"vllm:engine_sleep_level{engine=\"0\"} 1\nvllm:engine_sleep_state{engine=\"1\"} 1\n")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, text string) {
 		m, err := Parse(strings.NewReader(text))
@@ -631,6 +821,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if m.Engines < 1 {
 			t.Errorf("Engines = %d on success, want >= 1", m.Engines)
+		}
+		if m.Sleeping < 0 || m.Sleeping > m.SleepReported || m.SleepReported > m.Engines {
+			t.Errorf("Sleeping %d, SleepReported %d, Engines %d: want 0 <= Sleeping <= SleepReported <= Engines", m.Sleeping, m.SleepReported, m.Engines)
+		}
+		if m.SleepLevel < 0 || m.SleepLevel > 2 || (m.Sleeping == 0 && m.SleepLevel != 0) {
+			t.Errorf("SleepLevel = %d with %d engines asleep, want 0..2 and 0 when none sleeps", m.SleepLevel, m.Sleeping)
 		}
 		for name, h := range map[string]Histogram{"QueueTime": m.QueueTime, "TimeToFirstToken": m.TimeToFirstToken, "InterTokenLatency": m.InterTokenLatency} {
 			checkHistogramShape(t, name, h)
