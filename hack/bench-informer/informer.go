@@ -27,6 +27,7 @@ import (
 // informerStatus is what the informer process answers to "status".
 type informerStatus struct {
 	Scrapes    float64 `json:"scrapes"` // attempted: gleaner_vllm_scrape_duration_seconds count
+	Seconds    float64 `json:"seconds"` // their total duration: its sum
 	Failures   float64 `json:"failures"`
 	Fresh      int     `json:"fresh"`
 	Endpoints  int     `json:"endpoints"`
@@ -151,6 +152,7 @@ func status(inf *vllm.Informer) informerStatus {
 			switch mf.GetName() {
 			case "gleaner_vllm_scrape_duration_seconds":
 				s.Scrapes += float64(m.GetHistogram().GetSampleCount())
+				s.Seconds += m.GetHistogram().GetSampleSum()
 			case "gleaner_vllm_scrape_errors_total":
 				s.Failures += m.GetCounter().GetValue()
 			}
