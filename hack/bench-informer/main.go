@@ -189,16 +189,29 @@ func runRound(parent context.Context, cfg config, n int) (result, error) {
 	r := result{Round: n}
 	ctx, cancel := context.WithTimeout(parent, cfg.warmup+cfg.measure+3*time.Minute)
 	defer cancel()
-	logFile := func(name string) (*os.File, error) {
-		return os.Create(filepath.Join(cfg.out, fmt.Sprintf("round%d-%s.log", n, name)))
-	}
+	// Stop every process, then close their logs and remove what they wrote outside -out.
 	var waits []func() error
+	var logs []*os.File
+	var temporary []string
 	defer func() {
 		cancel()
 		for _, wait := range waits {
 			_ = wait()
 		}
+		for _, f := range logs {
+			f.Close()
+		}
+		for _, dir := range temporary {
+			os.RemoveAll(dir)
+		}
 	}()
+	logFile := func(name string) (*os.File, error) {
+		f, err := os.Create(filepath.Join(cfg.out, fmt.Sprintf("round%d-%s.log", n, name)))
+		if err == nil {
+			logs = append(logs, f)
+		}
+		return f, err
+	}
 
 	// The simulator: every address without a load of its own serves this one.
 	simLog, err := logFile("vllm-sim")
@@ -274,7 +287,7 @@ func runRound(parent context.Context, cfg config, n int) (result, error) {
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(tsdb)
+	temporary = append(temporary, tsdb)
 	promPort, err := freePort()
 	if err != nil {
 		return r, err
