@@ -25,7 +25,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/per
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build images push release test-images test-perf tools manifests docs bench-perf demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: all build images push release test-images test-perf tools manifests docs bench-perf bench-informer demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -110,6 +110,22 @@ bench-perf: tools
 # (about two minutes: a process per workload), through the shipped profile, into bin/perf-short.
 test-perf:
 	$(MAKE) bench-perf PERF_LABELS=short PERF_OUT=$(BIN)/perf-short
+
+# The vLLM metrics informer beside Debian's Prometheus 2.42 (installed with
+# apt-get when missing: hack/ensure-prometheus.sh), each a process of its own,
+# scraping the same INFORMER_ENDPOINTS endpoints of one `gleaner vllm-sim`
+# (loopback addresses 127.77.x.y) every 5 s at the same time: CPU per scrape
+# from /proc, resident memory, and checks that both completed their scrapes.
+# INFORMER_ROUNDS rounds of fresh processes, each 30 s of warm-up and a
+# 2-minute window (about 8 minutes for 3); medians in a table. Results and
+# logs land in bin/bench-informer-runs/. See bench/README.md.
+INFORMER_ENDPOINTS ?= 2000
+INFORMER_ROUNDS ?= 3
+INFORMER_FLAGS ?=
+bench-informer:
+	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gleaner ./hack/bench-informer
+	$(BIN)/bench-informer --gleaner $(BIN)/gleaner --prometheus $$(hack/ensure-prometheus.sh) \
+		--endpoints $(INFORMER_ENDPOINTS) --rounds $(INFORMER_ROUNDS) --out $(BIN)/bench-informer-runs $(INFORMER_FLAGS)
 
 # A local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
