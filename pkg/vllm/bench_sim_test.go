@@ -28,7 +28,7 @@ func BenchmarkParseSimulated(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := parseBytes(c.body); err != nil {
+				if _, err := parseBytes(c.body, Limits{}); err != nil {
 					b.Fatal(err)
 				}
 			}
