@@ -58,6 +58,8 @@ type flags struct {
 	kubeconfig                 string
 	kubeAPIQPS                 float32
 	kubeAPIBurst               int
+	reclaimAPIQPS              float32
+	reclaimAPIBurst            int
 	poolSelector               string
 	inferenceNamespaceSelector string
 	threshold                  int32
@@ -92,6 +94,9 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("generic").StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty for in-cluster configuration.")
 	nfs.FlagSet("generic").Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server, as kube-scheduler's client: a round writes verdicts on every node whose state changed, notices and evictions, within --sync-period.")
 	nfs.FlagSet("generic").IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "Requests to the API server allowed in a burst above --kube-api-qps.")
+	nfs.FlagSet("generic").Float32Var(&f.reclaimAPIQPS, "reclaim-api-qps", 1000, "Requests per second for the writes inference waits on, Node verdicts and evictions, apart from --kube-api-qps so that nothing else queues ahead of them: a load step on 2,000 nodes writes about 4,000 within the reclaim budget. The API server's priority and fairness still applies.")
+	nfs.FlagSet("generic").IntVar(&f.reclaimAPIBurst, "reclaim-api-burst", 2000, "Verdicts and evictions allowed in a burst above --reclaim-api-qps.")
+	nfs.FlagSet("generic").IntVar(&f.cfg.WriteWorkers, "api-write-workers", 32, "Verdicts and evictions a round writes at once.")
 	nfs.FlagSet("pool").StringVar(&f.poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
 	nfs.FlagSet("pool").Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
 	nfs.FlagSet("pool").StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
@@ -254,6 +259,9 @@ func run(args []string) error {
 	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: must be positive", f.kubeAPIQPS, f.kubeAPIBurst)
 	}
+	if f.reclaimAPIQPS <= 0 || f.reclaimAPIBurst <= 0 || f.cfg.WriteWorkers <= 0 {
+		return fmt.Errorf("--reclaim-api-qps %v, --reclaim-api-burst %d and --api-write-workers %d: must be positive", f.reclaimAPIQPS, f.reclaimAPIBurst, f.cfg.WriteWorkers)
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -261,6 +269,11 @@ func run(args []string) error {
 	restCfg.QPS, restCfg.Burst = f.kubeAPIQPS, f.kubeAPIBurst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
+		return err
+	}
+	reclaimCfg := rest.CopyConfig(restCfg)
+	reclaimCfg.QPS, reclaimCfg.Burst = f.reclaimAPIQPS, f.reclaimAPIBurst
+	if f.cfg.ReclaimClient, err = kubernetes.NewForConfig(reclaimCfg); err != nil {
 		return err
 	}
 	// PodGroups are custom resources, which do not speak protobuf.

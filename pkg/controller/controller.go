@@ -82,6 +82,13 @@ type Config struct {
 	// PodDisruptionBudget) before it is deleted without the budget's check.
 	// Default: MaxReclaimGrace.
 	PDBWait time.Duration
+	// WriteWorkers is how many verdicts and evictions a round writes at
+	// once. Default 32.
+	WriteWorkers int
+	// ReclaimClient makes the writes inference waits on: verdicts and
+	// evictions. Nil: the client. gleaner-controller gives it a rate limit of
+	// its own, so that notices, scaling and status never queue ahead of them.
+	ReclaimClient kubernetes.Interface
 	// DisableAutoscale switches the autoscaler off for every Deployment.
 	DisableAutoscale bool
 	// Metrics configures the vLLM metrics informer.
@@ -147,6 +154,9 @@ func (c *Config) defaults() {
 	if c.Policy.Autoscale.MaxReplicas <= 0 {
 		c.Policy.Autoscale.MaxReplicas = 64
 	}
+	if c.WriteWorkers <= 0 {
+		c.WriteWorkers = 32
+	}
 	if c.StartupDeadline <= 0 {
 		c.StartupDeadline = DefaultStartupDeadline
 	}
@@ -185,11 +195,13 @@ type loadSource interface {
 // Controller observes the cluster, runs the planning round (pkg/round) and
 // acts on its decision: publishes verdicts, evicts, scales, saves profiles.
 type Controller struct {
-	cfg     Config
-	client  kubernetes.Interface
-	factory informers.SharedInformerFactory
-	nodes   corelisters.NodeLister
-	pods    corelisters.PodLister
+	cfg    Config
+	client kubernetes.Interface
+	// reclaimer writes verdicts and evictions (Config.ReclaimClient).
+	reclaimer kubernetes.Interface
+	factory   informers.SharedInformerFactory
+	nodes     corelisters.NodeLister
+	pods      corelisters.PodLister
 	// deployments: inference Deployments carry per-service settings, the
 	// learned profile, and the autoscaler's scale subresource.
 	deployments appslisters.DeploymentLister
@@ -258,12 +270,17 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		pgFactory = pginformers.NewSharedInformerFactory(cfg.PodGroups, 0)
 		podGroups = pgFactory.Scheduling().V1alpha1().PodGroups().Lister()
 	}
+	reclaimClient := cfg.ReclaimClient
+	if reclaimClient == nil {
+		reclaimClient = client
+	}
 	jobs := &ledger.Ledger{Threshold: *cfg.BestEffortPriorityThreshold, GPUResource: cfg.GPUResource}
 	return &Controller{
 		podGroups:   podGroups,
 		pgFactory:   pgFactory,
 		cfg:         cfg,
 		client:      client,
+		reclaimer:   reclaimClient,
 		factory:     factory,
 		nodes:       nodes.Lister(),
 		pods:        pods.Lister(),
@@ -272,7 +289,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		synced: []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, deployments.Informer().HasSynced,
 			namespaces.Informer().HasSynced},
 		load:      load,
-		evictor:   &evict.Evictor{Client: client, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace, PDBWait: cfg.PDBWait, Clock: cfg.Clock},
+		evictor:   &evict.Evictor{Client: reclaimClient, Recorder: recorder, MaxGrace: cfg.MaxReclaimGrace, PDBWait: cfg.PDBWait, Clock: cfg.Clock},
 		broadcast: broadcast,
 		recorder:  recorder,
 		planner:   round.New(cfg.Policy),
@@ -503,54 +520,35 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	for _, u := range d.Plan.Unplaced {
 		logger.Info("Headroom replicas fit on no node", "service", u.Service, "replicas", u.Replicas, "gpusPerReplica", u.GPUsPerReplica)
 	}
-	var errs []error
-	// Every verdict first: a node that must stop lending says so before any
-	// pod is evicted, so the scheduler cannot fill GPUs being taken back.
+	byName := make(map[string]*v1.Node, len(nodes))
 	for _, n := range nodes {
-		if err := c.publish(ctx, n, d.Plan.Nodes[n.Name].Verdict); err != nil {
-			errs = append(errs, err)
-		}
+		byName[n.Name] = n
 	}
-	// The round counts for the scheduler only if every verdict is current.
+	// Verdicts and evictions in the order inference needs them (writes.go).
+	less, more := splitVerdicts(nodes, d)
+	done, verdictErrs, evictErrs := c.reclaimOwed(ctx, byName, d)
+	c.recordEvictions(ctx, now, d, done)
+	stillOwed(ctx, d, done)
+	errs := append(verdictErrs, evictErrs...)
+	errs = append(errs, c.capTerminations(ctx, o)...)
+	lessErrs := c.publishVerdicts(ctx, less, d)
+	errs = append(errs, lessErrs...)
+	// The round counts for the scheduler only if every verdict that lends
+	// less is current: one that lends more and is not written yet only
+	// keeps the node stricter than planned.
 	planning := false
-	if len(errs) == 0 {
+	if len(verdictErrs) == 0 && len(lessErrs) == 0 {
 		if err := c.heartbeat.beat(ctx); err != nil {
 			errs = append(errs, err)
 		} else {
 			planning = true
 		}
 	}
-	errs = append(errs, c.capTerminations(ctx, o)...)
-	if len(d.Reclaims) > 0 {
-		_, owed, evictErrs := reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
-			if err := c.evictor.Evict(ctx, m.Pod, o.Why); err != nil {
-				if evict.RefusedByBudget(err) {
-					evictionsTotal.WithLabelValues("blocked").Inc()
-				} else {
-					evictionsTotal.WithLabelValues("error").Inc()
-				}
-				return err
-			}
-			logger.Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
-			evictionsTotal.WithLabelValues("evicted").Inc()
-			switch w, warned := d.Warned[m.Pod.UID]; {
-			case !warned:
-				unwarnedEvictions.WithLabelValues("unforeseen").Inc()
-			case w.At.After(now):
-				unwarnedEvictions.WithLabelValues("inference_waiting").Inc()
-				noticeLead.Observe(now.Sub(w.Since).Seconds())
-			default:
-				noticeLead.Observe(now.Sub(w.Since).Seconds())
-			}
-			lostWorkGPUSeconds.Add(m.LostWork)
-			c.ledger.Evicted(now, m.Pod, evictedWhy(o.Node, d.Plan.HeadroomFor[o.Node]), m.LostWork)
-			return nil
-		})
-		for _, o := range owed {
-			logger.Info("Could not reclaim all GPUs owed", "node", o.Node, "owedGPUs", o.GPUs)
-		}
-		errs = append(errs, evictErrs...)
+	left, moreErrs := c.publishOpenings(ctx, more, d, max(time.Second, c.cfg.SyncPeriod/2))
+	if left > 0 {
+		logger.V(2).Info("Left verdicts that lend more for the next round", "nodes", left)
 	}
+	errs = append(errs, moreErrs...)
 	errs = append(errs, c.notify(ctx, o.pods, d)...)
 	c.ledger.Noticed(now, noticesOf(d))
 	errs = append(errs, c.scale(ctx, d.Scale)...)
@@ -727,7 +725,7 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 	if v.PublishedOn(node) {
 		return nil
 	}
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, v.MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
+	if _, err := c.reclaimer.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, v.MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
 		return fmt.Errorf("publishing verdict on node %s: %w", node.Name, err)
 	}
 	klog.FromContext(ctx).Info("Published harvest verdict", "node", node.Name, "state", v.State, "harvestableGPUs", v.HarvestableGPUs)
@@ -735,23 +733,32 @@ func (c *Controller) publish(ctx context.Context, node *v1.Node, v harvest.Verdi
 }
 
 // publishAvailability writes each open node's availability where it changed,
-// and removes it from the nodes no longer open.
+// and removes it from the nodes no longer open, within half a sync period:
+// what is left is written next round (it only ranks open nodes).
 func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, avail []availability.Availability) error {
 	want := make(map[string]*harvest.Availability, len(avail))
 	for _, av := range avail {
 		published := av.Published()
 		want[av.Node] = &published
 	}
-	var errs []error
+	var changed []*v1.Node
 	for _, n := range nodes {
 		a := want[n.Name]
 		current, has := n.Annotations[api.AnnotationAvailability]
-		if (a == nil && !has) || (a != nil && current == a.String()) {
-			continue
-		}
-		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, a.MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
-			errs = append(errs, fmt.Errorf("publishing availability on node %s: %w", n.Name, err))
+		if (a != nil || has) && (a == nil || current != a.String()) {
+			changed = append(changed, n)
 		}
 	}
-	return errors.Join(errs...)
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, c.cfg.SyncPeriod/2))
+	defer cancel()
+	return errors.Join(c.parallel(ctx, len(changed), func(ctx context.Context, i int) error {
+		n := changed[i]
+		if ctx.Err() != nil {
+			return nil
+		}
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, want[n.Name].MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("publishing availability on node %s: %w", n.Name, err)
+		}
+		return nil
+	})...)
 }

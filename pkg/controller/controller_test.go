@@ -233,10 +233,12 @@ func chat(replicas int32, annotations map[string]string) *appsv1.Deployment {
 	return testobj.Deployment("serving", "chat", replicas, 4, annotations)
 }
 
-// The round's order of acts: every verdict is published before any eviction,
-// and an eviction names why on the pod. A verdict is written only when it changes.
-func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
-	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+// The round's order of acts (writes.go), one write at a time: a node that owes
+// GPUs publishes its verdict and evicts first, then verdicts that lend less,
+// the heartbeat, verdicts that lend more, and availability last. An eviction
+// names why on the pod. A verdict is written only when it changes.
+func TestSyncWritesWhatInferenceWaitsOnFirst(t *testing.T) {
+	tc := newTestCluster(t, Config{WriteWorkers: 1, Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
 	objs := []runtime.Object{
 		testobj.Node("a", 8), testobj.Node("b", 8),
 		testobj.Inference("serving", "chat-0", "chat", "a", 4),
@@ -250,9 +252,9 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One replica of 16 carries 10: no headroom; a has 4 GPUs spare, b lends
-	// all 8. Verdicts first, then, after everything else, both open nodes'
-	// availability: with nothing judged yet, no chances.
-	if want := []string{"patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+	// all 8. Both verdicts lend more: after the heartbeat. After everything
+	// else, both open nodes' availability: with nothing judged yet, no chances.
+	if want := []string{"create leases " + api.HeartbeatLeaseName, "patch nodes a", "patch nodes b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction", "leases"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
 	}
 	if n, err := tc.client.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{}); err != nil {
@@ -271,8 +273,10 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 	// 60 requests need three more replicas: a's 4 free GPUs hold one, b's 8 the other two.
 	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 44, 4)}
 	writes, _ = tc.sync(t, t0.Add(10*time.Second))
-	// Verdicts, the eviction, then the availability of nodes no longer open removed.
-	if want := []string{"patch nodes a", "patch nodes b", "create pods/eviction job-b", "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
+	// b owes 8: its verdict and its eviction come first, then a's verdict
+	// that lends less, the heartbeat, and the availability of nodes no
+	// longer open removed.
+	if want := []string{"patch nodes b", "create pods/eviction job-b", "patch nodes a", "update leases " + api.HeartbeatLeaseName, "patch nodes a", "patch nodes b"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction", "leases"), want) {
 		t.Fatalf("writes %v, want %v", writes, want)
 	}
 	if v := tc.verdict(t, "b"); v.State != api.HarvestDraining || v.HarvestableGPUs != 0 {
@@ -285,6 +289,45 @@ func TestSyncPublishesEveryVerdictBeforeEvicting(t *testing.T) {
 		}
 	default:
 		t.Fatal("no Event on the evicted pod")
+	}
+}
+
+// A node whose verdict could not be written evicts nothing: the scheduler
+// could refill the GPUs taken back. Another node that owes GPUs is not held
+// up by it, and the heartbeat waits for a round that wrote every verdict.
+func TestEvictionsWaitForTheirNodesVerdict(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	objs := []runtime.Object{
+		testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		testobj.BestEffort("research", "job-a", "a", 4, t0.Add(-time.Hour)),
+		testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour)),
+		chat(1, nil),
+	}
+	tc.set(t, objs...)
+	tc.c.heartbeat.start()
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4)}
+	if _, err := tc.sync(t, t0); err != nil {
+		t.Fatal(err)
+	}
+	tc.set(t, objs...)
+	tc.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchAction).GetName() == "b" {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+		}
+		return false, nil, nil
+	})
+	// Three more replicas: both nodes owe what they lend.
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 44, 4)}
+	writes, err := tc.sync(t, t0.Add(5*time.Second))
+	if err == nil {
+		t.Fatal("a verdict that could not be written is not reported")
+	}
+	if got := only(writes, "pods/eviction", "leases"); !reflect.DeepEqual(got, []string{"create pods/eviction job-a"}) {
+		t.Fatalf("evictions and heartbeats %v, want job-a's eviction alone: none on b, whose verdict failed, and no heartbeat", got)
+	}
+	if v := tc.verdict(t, "a"); v.State != api.HarvestDraining {
+		t.Fatalf("a: %+v, want draining", v)
 	}
 }
 

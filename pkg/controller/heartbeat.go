@@ -15,8 +15,9 @@ import (
 )
 
 // heartbeat is the controller's promise to the scheduler that its verdicts are
-// current. After every round that published every node's verdict, the
-// controller renews a Lease of its own (not the leader-election Lease: that
+// current. After every round that published every verdict that lends less
+// than the one its node carries (writes.go), the controller renews a Lease of
+// its own (not the leader-election Lease: that
 // one renews while the controller is stuck). gleaner-scheduler lends only while
 // it has seen this Lease change within its timeout, on its own clock, so a
 // controller that cannot plan (informers that never sync, Node writes that

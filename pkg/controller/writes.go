@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim/evict"
+	"github.com/gleaner-dev/gleaner/pkg/round"
+)
+
+// A round's writes to Nodes and evictions, in the order inference needs them.
+// At fleet scale a round can change thousands of verdicts; written one at a
+// time, all before the first eviction, they would hold every eviction past
+// the reclaim budget. So:
+//
+//  1. each node that owes GPUs publishes its own verdict, then evicts for it:
+//     the scheduler can never refill GPUs being taken back, and no eviction
+//     waits for another node's verdict. A node whose verdict could not be
+//     written evicts nothing this round.
+//  2. verdicts that lend less (closing, draining, fewer GPUs) follow; once
+//     1 and 2 are all written, the heartbeat is renewed.
+//  3. verdicts that lend more come last, within half a sync period: a node
+//     that opens a round late costs some harvest, never inference, and what
+//     is left is written next round.
+//
+// Each step writes up to Config.WriteWorkers at once.
+
+// lendsMore reports whether verdict v would let the scheduler place more on
+// node than the verdict it carries now (a malformed one reads as closed).
+func lendsMore(node *v1.Node, v harvest.Verdict) bool {
+	published, err := harvest.ReadNode(node)
+	if err != nil {
+		published = harvest.Closed
+	}
+	return v.State == api.HarvestOpen && (published.State != api.HarvestOpen || v.HarvestableGPUs > published.HarvestableGPUs)
+}
+
+// parallel runs fn for each of n pieces, WriteWorkers at a time, and returns
+// their errors.
+func (c *Controller) parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	workqueue.ParallelizeUntil(ctx, c.cfg.WriteWorkers, n, func(i int) {
+		if err := fn(ctx, i); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+	return errs
+}
+
+// publishVerdicts writes the plan's verdict on each of nodes.
+func (c *Controller) publishVerdicts(ctx context.Context, nodes []*v1.Node, d round.Decision) []error {
+	return c.parallel(ctx, len(nodes), func(ctx context.Context, i int) error {
+		return c.publish(ctx, nodes[i], d.Plan.Nodes[nodes[i].Name].Verdict)
+	})
+}
+
+// publishOpenings writes verdicts that lend more until the deadline; the rest
+// wait for the next round. It returns how many it left and the errors.
+func (c *Controller) publishOpenings(ctx context.Context, nodes []*v1.Node, d round.Decision, deadline time.Duration) (int, []error) {
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		done int
+	)
+	errs := c.parallel(ctx, len(nodes), func(ctx context.Context, i int) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := c.publish(ctx, nodes[i], d.Plan.Nodes[nodes[i].Name].Verdict); err != nil {
+			if ctx.Err() != nil {
+				return nil // cut off by the deadline: next round
+			}
+			return err
+		}
+		mu.Lock()
+		done++
+		mu.Unlock()
+		return nil
+	})
+	return len(nodes) - done - len(errs), errs
+}
+
+// eviction is one pod evicted for a node that owes GPUs.
+type eviction struct {
+	pod  reclaim.Candidate
+	owed reclaim.Owed
+}
+
+// reclaimOwed takes back what each node owes, its verdict first (step 1). The
+// pods are chosen as reclaim.Take chooses them; when an eviction is refused
+// (a PodDisruptionBudget), Take chooses again, without that pod's unit, for
+// what its node still owes. It returns the evictions made, the verdict
+// errors and the eviction errors.
+func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node, d round.Decision) (done []eviction, verdictErrs, evictErrs []error) {
+	plan := map[string][]reclaim.Candidate{}
+	reclaim.Take(d.Reclaims, d.Candidates, func(m reclaim.Candidate, o reclaim.Owed) error {
+		plan[o.Node] = append(plan[o.Node], m)
+		return nil
+	})
+	var (
+		mu      sync.Mutex
+		refused []*v1.Pod
+		blocked = map[string]bool{}
+	)
+	verdictErrs = c.parallel(ctx, len(d.Reclaims), func(ctx context.Context, i int) error {
+		o := d.Reclaims[i]
+		if n := nodes[o.Node]; n != nil {
+			if err := c.publish(ctx, n, d.Plan.Nodes[o.Node].Verdict); err != nil {
+				mu.Lock()
+				blocked[o.Node] = true
+				mu.Unlock()
+				return err
+			}
+		}
+		for _, m := range plan[o.Node] {
+			err := c.evictor.Evict(ctx, m.Pod, o.Why)
+			mu.Lock()
+			if err != nil {
+				refused = append(refused, m.Pod)
+				evictErrs = append(evictErrs, err)
+			} else {
+				done = append(done, eviction{m, o})
+			}
+			mu.Unlock()
+			countEviction(err)
+		}
+		return nil
+	})
+	if len(refused) == 0 {
+		return done, verdictErrs, evictErrs
+	}
+	// Again for what is still owed, without the pods gone and the units
+	// refused; one at a time, as refusals are rare.
+	gone := map[types.UID]bool{}
+	freed := map[string]int64{}
+	for _, e := range done {
+		gone[e.pod.Pod.UID] = true
+		if e.pod.Pod.Spec.NodeName == e.owed.Node {
+			freed[e.owed.Node] += e.pod.GPUs
+		}
+	}
+	var again []reclaim.Owed
+	for _, o := range d.Reclaims {
+		if left := o.GPUs - freed[o.Node]; left > 0 && !blocked[o.Node] {
+			again = append(again, reclaim.Owed{Node: o.Node, GPUs: left, Why: o.Why})
+		}
+	}
+	var rest []reclaim.Candidate
+	for _, m := range d.Candidates {
+		if !gone[m.Pod.UID] && !refusedUnit(m.Pod, refused) {
+			rest = append(rest, m)
+		}
+	}
+	_, _, errs := reclaim.Take(again, rest, func(m reclaim.Candidate, o reclaim.Owed) error {
+		err := c.evictor.Evict(ctx, m.Pod, o.Why)
+		countEviction(err)
+		if err == nil {
+			done = append(done, eviction{m, o})
+		}
+		return err
+	})
+	return done, verdictErrs, append(evictErrs, errs...)
+}
+
+// refusedUnit reports whether p is one of the refused pods or in one's gang.
+func refusedUnit(p *v1.Pod, refused []*v1.Pod) bool {
+	for _, r := range refused {
+		if r.UID == p.UID {
+			return true
+		}
+		if g := r.Labels[api.LabelPodGroup]; g != "" && r.Namespace == p.Namespace && p.Labels[api.LabelPodGroup] == g {
+			return true
+		}
+	}
+	return false
+}
+
+func countEviction(err error) {
+	switch {
+	case err == nil:
+		evictionsTotal.WithLabelValues("evicted").Inc()
+	case evict.RefusedByBudget(err):
+		evictionsTotal.WithLabelValues("blocked").Inc()
+	default:
+		evictionsTotal.WithLabelValues("error").Inc()
+	}
+}
+
+// recordEvictions logs, counts and books the evictions made.
+func (c *Controller) recordEvictions(ctx context.Context, now time.Time, d round.Decision, done []eviction) {
+	logger := klog.FromContext(ctx)
+	for _, e := range done {
+		m, o := e.pod, e.owed
+		logger.Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
+		switch w, warned := d.Warned[m.Pod.UID]; {
+		case !warned:
+			unwarnedEvictions.WithLabelValues("unforeseen").Inc()
+		case w.At.After(now):
+			unwarnedEvictions.WithLabelValues("inference_waiting").Inc()
+			noticeLead.Observe(now.Sub(w.Since).Seconds())
+		default:
+			noticeLead.Observe(now.Sub(w.Since).Seconds())
+		}
+		lostWorkGPUSeconds.Add(m.LostWork)
+		c.ledger.Evicted(now, m.Pod, evictedWhy(o.Node, d.Plan.HeadroomFor[o.Node]), m.LostWork)
+	}
+}
+
+// stillOwed logs what the evictions made did not cover.
+func stillOwed(ctx context.Context, d round.Decision, done []eviction) {
+	freed := map[string]int64{}
+	for _, e := range done {
+		if e.pod.Pod.Spec.NodeName == e.owed.Node {
+			freed[e.owed.Node] += e.pod.GPUs
+		}
+	}
+	for _, o := range d.Reclaims {
+		var terminating int64
+		for _, m := range d.Candidates {
+			if m.Pod.Spec.NodeName == o.Node && m.Pod.DeletionTimestamp != nil && !m.Overdue {
+				terminating += m.GPUs
+			}
+		}
+		if left := o.GPUs - freed[o.Node] - terminating; left > 0 {
+			klog.FromContext(ctx).Info("Could not reclaim all GPUs owed", "node", o.Node, "owedGPUs", left)
+		}
+	}
+}
+
+// splitVerdicts sorts the nodes whose verdict changes, apart from those that
+// owe GPUs, into those that lend less and those that lend more.
+func splitVerdicts(nodes []*v1.Node, d round.Decision) (less, more []*v1.Node) {
+	owes := make(map[string]bool, len(d.Reclaims))
+	for _, o := range d.Reclaims {
+		owes[o.Node] = true
+	}
+	for _, n := range nodes {
+		v := d.Plan.Nodes[n.Name].Verdict
+		switch {
+		case owes[n.Name] || v.PublishedOn(n):
+		case lendsMore(n, v):
+			more = append(more, n)
+		default:
+			less = append(less, n)
+		}
+	}
+	return less, more
+}
