@@ -119,6 +119,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("policy").BoolVar(&f.notices, "reclaim-notices", true, "Give reclaim notices up to --notice-horizon ahead; false gives none, so every eviction comes unannounced (to measure what notices save).")
 	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
+	nfs.FlagSet("generic").DurationVar(&f.cfg.WatchProgressBound, "watch-progress-bound", controller.DefaultWatchProgressBound, "How long the node and pod watches may take to reach a resource version the API server was at (read every quarter of this, at most every 30 s) before the controller stops renewing the heartbeat, so the scheduler stops lending on a view that stopped moving. At least 90 s: the API server's bookmarks come every minute.")
 	nfs.FlagSet("demand").DurationVar(&f.cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
 	nfs.FlagSet("reclaim").DurationVar(&f.cfg.MaxReclaimGrace, "max-reclaim-grace", reclaim.DefaultMaxGrace, "Longest grace period a reclaimed best-effort pod gets to checkpoint, whatever its own terminationGracePeriodSeconds; a pod still terminating past it counts as owing its GPUs, so others are evicted.")
 	nfs.FlagSet("reclaim").DurationVar(&f.cfg.PDBWait, "pdb-wait", 0, "How long evictions of a best-effort pod may be refused (by a PodDisruptionBudget) before it is deleted, with its capped grace, without the budget's check; 0 for --max-reclaim-grace. A tenant's budget cannot shield its pods from reclaim for longer.")
@@ -258,6 +259,9 @@ func run(args []string) error {
 
 	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: must be positive", f.kubeAPIQPS, f.kubeAPIBurst)
+	}
+	if f.cfg.WatchProgressBound < 90*time.Second {
+		return fmt.Errorf("--watch-progress-bound %v: at least 90s, as the API server sends a watch's bookmarks every minute", f.cfg.WatchProgressBound)
 	}
 	if f.reclaimAPIQPS <= 0 || f.reclaimAPIBurst <= 0 || f.cfg.WriteWorkers <= 0 {
 		return fmt.Errorf("--reclaim-api-qps %v, --reclaim-api-burst %d and --api-write-workers %d: must be positive", f.reclaimAPIQPS, f.reclaimAPIBurst, f.cfg.WriteWorkers)

@@ -89,6 +89,11 @@ type Config struct {
 	// evictions. Nil: the client. gleaner-controller gives it a rate limit of
 	// its own, so that notices, scaling and status never queue ahead of them.
 	ReclaimClient kubernetes.Interface
+	// WatchProgressBound is how long the node and pod informers may take to
+	// reach a resource version the API server was at before the controller
+	// stops renewing the heartbeat (watch.go). Default
+	// DefaultWatchProgressBound; negative turns the check off.
+	WatchProgressBound time.Duration
 	// DisableAutoscale switches the autoscaler off for every Deployment.
 	DisableAutoscale bool
 	// Metrics configures the vLLM metrics informer.
@@ -154,6 +159,9 @@ func (c *Config) defaults() {
 	if c.Policy.Autoscale.MaxReplicas <= 0 {
 		c.Policy.Autoscale.MaxReplicas = 64
 	}
+	if c.WatchProgressBound == 0 {
+		c.WatchProgressBound = DefaultWatchProgressBound
+	}
 	if c.WriteWorkers <= 0 {
 		c.WriteWorkers = 32
 	}
@@ -217,6 +225,7 @@ type Controller struct {
 	recorder  record.EventRecorder
 	planner   *round.Planner
 	heartbeat *heartbeat
+	progress  *watchProgress
 	// ledger keeps each namespace's harvest and jobs; status publishes them.
 	ledger *ledger.Ledger
 	status *publisher
@@ -295,6 +304,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		planner:   round.New(cfg.Policy),
 		ledger:    jobs,
 		status:    &publisher{cfg: cfg.Status, ledger: jobs},
+		progress:  newWatchProgress(client, nodes.Informer(), pods.Informer(), cfg.WatchProgressBound),
 		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
 			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
 
@@ -534,10 +544,14 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	lessErrs := c.publishVerdicts(ctx, less, d)
 	errs = append(errs, lessErrs...)
 	// The round counts for the scheduler only if every verdict that lends
-	// less is current: one that lends more and is not written yet only
-	// keeps the node stricter than planned.
+	// less is current (one that lends more and is not written yet only
+	// keeps the node stricter than planned) and its watches deliver.
+	watchErr := c.progress.check(ctx, now)
+	if watchErr != nil {
+		errs = append(errs, watchErr)
+	}
 	planning := false
-	if len(verdictErrs) == 0 && len(lessErrs) == 0 {
+	if len(verdictErrs) == 0 && len(lessErrs) == 0 && watchErr == nil {
 		if err := c.heartbeat.beat(ctx); err != nil {
 			errs = append(errs, err)
 		} else {

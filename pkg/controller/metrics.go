@@ -89,6 +89,11 @@ var (
 		Help:           "Unix time of the last planning round that published every node's verdict (and renewed the heartbeat).",
 		StabilityLevel: metrics.ALPHA,
 	})
+	watchStalled = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "controller_watch_stalled",
+		Help:           "1 while the controller's watch of a resource (nodes, pods) has not reached a version the API server was at longer ago than the bound: it does not renew the heartbeat.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	roundAge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "controller_round_age_seconds",
 		Help:           "Seconds since this process, while planning, last completed a round that published every verdict (since it started planning, before the first); 0 when it does not plan.",
@@ -107,7 +112,7 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, noticeLead, unwarnedEvictions, lostWorkGPUSeconds,
-		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge,
+		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge, watchStalled,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}
 )
