@@ -417,6 +417,57 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	scenario("a node watch that stops delivering stops all lending", func(t *testing.T) {
+		env := env.in(t)
+		const timeout, bound = 3 * time.Second, 4 * time.Second
+		var mode atomic.Int32
+		env.stopController()
+		env.startControllerOn(kubernetes.NewForConfigOrDie(withFault(env.cp.config, nodeWatches, &mode)), func(c *controller.Config) {
+			c.MaxReclaimGrace, c.Heartbeat.Timeout, c.Heartbeat.Identity, c.WatchProgressBound = graceCap, timeout, "stalled-watch", bound
+		})
+		env.waitHeartbeatHolder("stalled-watch")
+		env.waitVerdict("gpu-a", open(4), 20*time.Second)
+		// Quiet is not stalled: no node changes for several bounds, and the
+		// controller keeps planning.
+		time.Sleep(3 * bound)
+		env.create(bestEffortPod("quiet", 1))
+		env.waitBound(researchNS, "quiet", 10*time.Second)
+
+		// The node watch holds its stream open and delivers nothing; gpu-a
+		// is cordoned, which closes it, and the controller does not see it.
+		mode.Store(int32(apiStalls))
+		stalled := time.Now()
+		cordon := func(on bool) {
+			patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+			if _, err := env.client.CoreV1().Nodes().Patch(env.ctx, "gpu-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cordon(true)
+		wait := bound + bound/4 + timeout + 2*scrapeInterval
+		time.Sleep(wait)
+		if got := env.verdict("gpu-a"); got.State != api.HarvestOpen {
+			t.Fatalf("gpu-a verdict %+v: the controller saw the cordon through a stalled watch", got)
+		}
+		env.create(bestEffortPod("during", 1))
+		ev := env.waitEvent(researchNS, "during", "FailedScheduling", "heartbeat is stale", 10*time.Second)
+		env.assertStaysPending(researchNS, "during", 2*time.Second)
+		t.Logf("fault: the node watch stalled, gpu-a cordoned unseen: a best-effort pod created %v later is refused (bound %v, heartbeat timeout %v): %s",
+			time.Since(stalled).Round(100*time.Millisecond), bound, timeout, ev.Message)
+
+		mode.Store(int32(apiPasses))
+		cleared := time.Now()
+		env.waitVerdict("gpu-a", harvest.Closed, 20*time.Second)
+		cordon(false)
+		if node := env.waitBound(researchNS, "during", 30*time.Second); node == "" {
+			t.Fatal("during never bound once the watch delivered again")
+		}
+		t.Logf("fault: the node watch delivering again: gpu-a closed for its cordon and lending resumed %v later", time.Since(cleared).Round(time.Millisecond))
+		env.stopController()
+		env.startControllerWith(usual)
+		quiet(env)
+	})
+
 	scenario("a node NotReady, without GPUs, or back with stale labels lends nothing meanwhile", func(t *testing.T) {
 		env := env.in(t)
 		closed := harvest.Verdict{State: api.HarvestClosed}
@@ -991,6 +1042,7 @@ const (
 	apiFails              // answered 503
 	apiHangs              // never answered: held until the caller gives up
 	apiThrottles          // answered 429 with Retry-After: 1, as API Priority and Fairness does
+	apiStalls             // a watch's stream stays open and delivers nothing
 )
 
 // faultyAPI injects mode's fault into every call match selects, in the
@@ -1006,6 +1058,26 @@ func withFault(cfg *rest.Config, match func(*http.Request) bool, mode *atomic.In
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return faultyAPI{rt, match, mode} })
 	return cfg
+}
+
+func nodeWatches(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("watch") == "true"
+}
+
+// stallingBody withholds what a watch's stream delivers while its fault is
+// apiStalls, and passes it on once the fault clears.
+type stallingBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	mode *atomic.Int32
+}
+
+func (b stallingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	for apiFault(b.mode.Load()) == apiStalls && b.ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n, err
 }
 
 func nodePatches(r *http.Request) bool {
@@ -1030,7 +1102,11 @@ func (f faultyAPI) RoundTrip(r *http.Request) (*http.Response, error) {
 		<-r.Context().Done() // even after the fault clears, as a dead connection would
 		return nil, r.Context().Err()
 	}
-	return f.rt.RoundTrip(r)
+	resp, err := f.rt.RoundTrip(r)
+	if err == nil && r.URL.Query().Get("watch") == "true" {
+		resp.Body = stallingBody{resp.Body, r.Context(), f.mode}
+	}
+	return resp, err
 }
 
 // skewedClock is the real clock, off by a fixed amount.
