@@ -19,6 +19,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 )
@@ -119,9 +120,6 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 	env := startHarvestEnv(t)
 	chat0 := env.startChat()
 	binary := buildTrainExampleBinary(t)
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	writeKubeconfig(t, env.cp.config, kubeconfig)
 
 	// A forecast that looks 2 minutes ahead, on a trend fitted to the last
 	// minute, warns as far ahead and evicts 20 s ahead.
@@ -134,34 +132,12 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 	env.waitHeartbeatHolder("noticing")
 	lendOnGPUA(env, "job", 10) // with gpu-b full, chat's room is made on gpu-a
 
-	// The kubelet's part: the pod's annotations in a file, kept current, and
-	// SIGTERM to the process once the pod is being deleted.
-	annotations := filepath.Join(dir, "annotations")
-	var evictedAt atomic.Pointer[time.Time]
+	step := startReferenceStep(env, binary, t.TempDir(), "job", "100000000")
 	ctx, cancel := context.WithCancel(env.ctx)
 	defer cancel()
-	train := func(steps string) *process {
-		return startProcessEnv(t, "gleaner-train-example", binary, []string{"POD_NAME=job", "POD_NAMESPACE=" + researchNS},
-			"train", "--checkpoint-dir="+filepath.Join(dir, "checkpoints"), "--steps="+steps, "--checkpoint-every=0",
-			"--step-delay=2ms", "--notice-file="+annotations, "--kubeconfig="+kubeconfig)
-	}
-	proc := train("100000000")
-	go func() {
-		for ctx.Err() == nil {
-			if p, err := env.client.CoreV1().Pods(researchNS).Get(ctx, "job", metav1.GetOptions{}); err == nil {
-				writeDownwardAnnotations(t, annotations, p.Annotations)
-				if p.DeletionTimestamp != nil && evictedAt.Load() == nil {
-					now := time.Now()
-					evictedAt.Store(&now)
-					_ = proc.cmd.Process.Signal(syscall.SIGTERM)
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
 
 	// chat's load climbs a request every 10 s from 6 to 15: once the trend
-	// is fitted (30 s) the horizon's forecast passes one replica's 16, the
+	// is fitted (6 s, a tenth of its window) the horizon's forecast passes one replica's 16, the
 	// lead's about a minute later; the load itself never does.
 	go func() {
 		for load := 6; ctx.Err() == nil && load <= 15; load++ {
@@ -169,46 +145,220 @@ func TestReclaimNoticeLetsAJobCheckpointFirst(t *testing.T) {
 			time.Sleep(10 * time.Second)
 		}
 	}()
-	var noticed *v1.Pod
-	waitFor(t, "a reclaim notice on job", 90*time.Second, func() bool {
-		noticed = env.pod(researchNS, "job")
-		return noticed.Annotations[api.AnnotationReclaimNotice] != ""
-	})
-	given := time.Now()
-	at, err := time.Parse(time.RFC3339, noticed.Annotations[api.AnnotationReclaimNotice])
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The step checkpoints before the noticed time (its saves not measured
-	// yet, it starts 21 s ahead) and records when on its pod.
-	waitFor(t, "a checkpoint recorded after the notice, before its time", time.Until(at)+20*time.Second, func() bool {
-		raw := env.pod(researchNS, "job").Annotations[api.AnnotationLastCheckpoint]
-		ck, err := time.Parse(time.RFC3339, raw)
-		return err == nil && !ck.Before(given.Add(-time.Second)) && ck.Before(at)
-	})
-	if !strings.Contains(proc.output(), "checkpointing for the reclaim notice") {
-		t.Fatalf("the step did not checkpoint for the notice:\n%s", proc.tail())
-	}
-	waitFor(t, "job evicted", 120*time.Second, func() bool { return evictedAt.Load() != nil })
-	evicted := *evictedAt.Load()
+	given, at := step.noticed(90 * time.Second)
+	step.checkpointsFor(given, at)
+	evicted, stopped := step.evicted(120 * time.Second)
 	if evicted.Before(at.Add(-time.Second)) {
 		t.Errorf("evicted at %v, before the notice's %v", evicted, at)
 	}
-	if code := proc.wait(t, 30*time.Second); code != 143 {
-		t.Fatalf("the evicted step exited %d, want 143:\n%s", code, proc.tail())
-	}
-	stopped := logStep(t, proc.output(), "interrupted")
-
-	// Its retry resumes where it stopped: nothing lost.
-	retry := train(strconv.FormatInt(stopped+10, 10))
-	if code := retry.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("the retry exited %d:\n%s", code, retry.tail())
-	}
-	if resumed := logStep(t, retry.output(), "resuming from checkpoint"); resumed != stopped {
-		t.Fatalf("resumed from step %d, the evicted run stopped at %d", resumed, stopped)
-	}
+	step.resumesWithNothingLost(stopped)
 	t.Logf("notice given %v ahead (for %v), checkpoint on it, evicted %v after the noticed time, resumed at step %d",
 		at.Sub(given).Round(time.Second), at.Format(time.TimeOnly), evicted.Sub(at).Round(100*time.Millisecond), stopped)
+}
+
+// TestForecastScaleUpGivesNoticeFirst: chat, a Deployment gleaner-controller
+// autoscales, serves on gpu-a with its other 4 GPUs lent to the reference
+// step; gpu-b is full of another service. chat's load climbs steadily, so
+// the forecast asks for a second replica before the load does. The step gets
+// a notice and checkpoints on it; the second replica is created no earlier
+// than the noticed time, binds once the step's GPUs are back, and is Ready
+// before the load needs it.
+func TestForecastScaleUpGivesNoticeFirst(t *testing.T) {
+	env := startHarvestEnv(t)
+	startWorkloadControllers(t, env.ctx, env)
+	binary := buildTrainExampleBinary(t)
+	env.stopController()
+	env.startControllerWith(func(c *controller.Config) {
+		c.Policy.Horizon, c.Policy.ReclaimLead, c.Policy.TrendWindow = 2*time.Minute, 20*time.Second, time.Minute
+		c.Policy.NoticeHorizon = c.Policy.Horizon
+		c.Policy.Autoscale = autoscale.Config{StableWindow: 6 * time.Second, PanicWindow: 2 * time.Second, MaxScaleDown: 1}
+		c.Heartbeat.Identity = "noticing"
+	})
+	env.waitHeartbeatHolder("noticing")
+
+	embed := env.vllm("embed")
+	embed.set(vllmServing, 4, 0, 0.1)
+	pod := inferencePod("embed-0", "embed", 8, embed, v1.DefaultSchedulerName)
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
+	env.create(pod)
+	env.waitBound(servingNS, "embed-0", 30*time.Second)
+
+	srv := env.vllm("llama-chat")
+	total := &int64Value{}
+	total.set(6)
+	env.driveLoad(env.ctx, srv, total)
+	d := chatDeployment(1, srv)
+	d.Annotations[api.AnnotationMaxReplicas] = "2"
+	d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	if _, err := env.client.AppsV1().Deployments(servingNS).Create(env.ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.waitVerdict("gpu-a", open(4), 60*time.Second)
+	job := bestEffortPod("job", 4)
+	grace := int64(5)
+	job.Spec.TerminationGracePeriodSeconds = &grace
+	job.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+	env.create(job)
+	env.waitBound(researchNS, "job", 20*time.Second)
+	step := startReferenceStep(env, binary, t.TempDir(), "job", "100000000")
+
+	// The load climbs a request every 10 s, as in the test above: past one
+	// replica's 16 (the load arriving) about 110 s from now; the forecast two
+	// minutes ahead passes it as soon as the trend is fitted.
+	var arrived atomic.Pointer[time.Time]
+	go func() {
+		for load := int64(6); env.ctx.Err() == nil && load <= 24; load++ {
+			total.set(load)
+			if load > demand.DefaultTargetLoad && arrived.Load() == nil {
+				now := time.Now()
+				arrived.Store(&now)
+			}
+			time.Sleep(10 * time.Second)
+		}
+	}()
+	given, at := step.noticed(90 * time.Second)
+	if arrived.Load() != nil {
+		t.Fatalf("the notice came %v after the load arrived: it was not the forecast's", given.Sub(*arrived.Load()))
+	}
+	step.checkpointsFor(given, at)
+	evicted, stopped := step.evicted(90 * time.Second)
+	// The notice's time as last moved before the eviction.
+	final := *step.notice.Load()
+	if evicted.Before(final.Add(-time.Second)) {
+		t.Errorf("evicted at %v, before the notice's %v", evicted, final)
+	}
+
+	// The second replica: created at or after the noticed time, bound and
+	// Ready before the load arrived.
+	var second *v1.Pod
+	waitFor(t, "a second chat replica Ready", 60*time.Second, func() bool {
+		for _, p := range listPods(t, env, servingNS) {
+			if p.Labels[api.LabelService] == "chat" && p.DeletionTimestamp == nil && p.Spec.NodeName != "" &&
+				podCondition(&p, v1.PodReady) != nil && podCondition(&p, v1.PodReady).Status == v1.ConditionTrue &&
+				p.CreationTimestamp.Time.After(given.Add(-time.Second)) {
+				second = p.DeepCopy()
+				return true
+			}
+		}
+		return false
+	})
+	created := second.CreationTimestamp.Time
+	ready := podCondition(second, v1.PodReady).LastTransitionTime.Time
+	if created.Before(final.Add(-time.Second)) { // API times are whole seconds
+		t.Errorf("the replica was created at %v, before the noticed time %v", created, final)
+	}
+	waitFor(t, "the load to arrive", 90*time.Second, func() bool { return arrived.Load() != nil })
+	arrival := arrived.Load()
+	if ready.After(arrival.Add(time.Second)) {
+		t.Errorf("the replica was Ready at %v, %v after the load arrived at %v", ready, ready.Sub(*arrival), arrival)
+	}
+	step.resumesWithNothingLost(stopped)
+	t.Logf("notice given %v ahead, for %v, moved to %v; evicted %v after it; replica created %v after it and Ready %v before the load arrived",
+		at.Sub(given).Round(time.Second), at.Format(time.TimeOnly), final.Format(time.TimeOnly), evicted.Sub(final).Round(100*time.Millisecond),
+		created.Sub(final).Round(time.Second), arrival.Sub(ready).Round(time.Second))
+}
+
+// referenceStep is the reference training step (gleaner-train-example) run as
+// the container of a best-effort pod, with the kubelet's part played by the
+// test: the pod's annotations in a file, kept current as the downward API
+// keeps them, and SIGTERM once the pod is being deleted.
+type referenceStep struct {
+	env       *harvestEnv
+	pod       string
+	run       func(steps string) *process
+	proc      *process
+	evictedAt atomic.Pointer[time.Time]
+	// notice is the last reclaim notice seen on the pod before its deletion:
+	// the round may move it as the forecast moves.
+	notice atomic.Pointer[time.Time]
+}
+
+func startReferenceStep(env *harvestEnv, binary, dir, pod, steps string) *referenceStep {
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	writeKubeconfig(env.t, env.cp.config, kubeconfig)
+	annotations := filepath.Join(dir, "annotations")
+	s := &referenceStep{env: env, pod: pod}
+	s.run = func(steps string) *process {
+		return startProcessEnv(env.t, "gleaner-train-example", binary, []string{"POD_NAME=" + pod, "POD_NAMESPACE=" + researchNS},
+			"train", "--checkpoint-dir="+filepath.Join(dir, "checkpoints"), "--steps="+steps, "--checkpoint-every=0",
+			"--step-delay=2ms", "--notice-file="+annotations, "--kubeconfig="+kubeconfig)
+	}
+	s.proc = s.run(steps)
+	ctx, cancel := context.WithCancel(env.ctx)
+	env.t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			if p, err := env.client.CoreV1().Pods(researchNS).Get(ctx, pod, metav1.GetOptions{}); err == nil {
+				writeDownwardAnnotations(env.t, annotations, p.Annotations)
+				if at, ok := api.ReclaimNotice(p); ok && p.DeletionTimestamp == nil {
+					s.notice.Store(&at)
+				}
+				if p.DeletionTimestamp != nil && s.evictedAt.Load() == nil {
+					now := time.Now()
+					s.evictedAt.Store(&now)
+					_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+// noticed waits for a reclaim notice on the pod, and returns when it was
+// seen and the time it gives.
+func (s *referenceStep) noticed(timeout time.Duration) (given, at time.Time) {
+	s.env.t.Helper()
+	var raw string
+	waitFor(s.env.t, "a reclaim notice on "+s.pod, timeout, func() bool {
+		raw = s.env.pod(researchNS, s.pod).Annotations[api.AnnotationReclaimNotice]
+		return raw != ""
+	})
+	given = time.Now()
+	at, err := time.Parse(time.RFC3339, raw)
+	if err != nil {
+		s.env.t.Fatal(err)
+	}
+	return given, at
+}
+
+// checkpointsFor waits for the step to checkpoint for the notice given at
+// given for at: before the noticed time (its saves not measured yet, it
+// starts 21 s ahead), recorded on its pod.
+func (s *referenceStep) checkpointsFor(given, at time.Time) {
+	s.env.t.Helper()
+	waitFor(s.env.t, "a checkpoint recorded after the notice, before its time", time.Until(at)+20*time.Second, func() bool {
+		raw := s.env.pod(researchNS, s.pod).Annotations[api.AnnotationLastCheckpoint]
+		ck, err := time.Parse(time.RFC3339, raw)
+		return err == nil && !ck.Before(given.Add(-time.Second)) && ck.Before(at)
+	})
+	if !strings.Contains(s.proc.output(), "checkpointing for the reclaim notice") {
+		s.env.t.Fatalf("the step did not checkpoint for the notice:\n%s", s.proc.tail())
+	}
+}
+
+// evicted waits for the pod's deletion and the step's exit with 143, and
+// returns when the deletion was seen and the step it stopped at.
+func (s *referenceStep) evicted(timeout time.Duration) (time.Time, int64) {
+	s.env.t.Helper()
+	waitFor(s.env.t, s.pod+" evicted", timeout, func() bool { return s.evictedAt.Load() != nil })
+	if code := s.proc.wait(s.env.t, 30*time.Second); code != 143 {
+		s.env.t.Fatalf("the evicted step exited %d, want 143:\n%s", code, s.proc.tail())
+	}
+	return *s.evictedAt.Load(), logStep(s.env.t, s.proc.output(), "interrupted")
+}
+
+// resumesWithNothingLost runs the step again (its retry) and fails unless it
+// resumes at the step the evicted run stopped at.
+func (s *referenceStep) resumesWithNothingLost(stopped int64) {
+	s.env.t.Helper()
+	retry := s.run(strconv.FormatInt(stopped+10, 10))
+	if code := retry.wait(s.env.t, 60*time.Second); code != 0 {
+		s.env.t.Fatalf("the retry exited %d:\n%s", code, retry.tail())
+	}
+	if resumed := logStep(s.env.t, retry.output(), "resuming from checkpoint"); resumed != stopped {
+		s.env.t.Fatalf("resumed from step %d, the evicted run stopped at %d", resumed, stopped)
+	}
 }
 
 // writeDownwardAnnotations writes annotations as the downward API does: one
