@@ -137,7 +137,11 @@ func (w *watchProgress) check(ctx context.Context, now time.Time) error {
 		}
 	}
 	for _, r := range w.watched {
-		seen, ok := w.version(ctx, r.resource, r.seen())
+		raw := r.seen()
+		if raw == "" {
+			continue // never listed: Run plans only once it has
+		}
+		seen, ok := w.version(ctx, r.resource, raw)
 		if !ok {
 			return nil
 		}
