@@ -152,9 +152,12 @@ bench-informer:
 # KWOK GPU nodes, gleaner-scheduler, gleaner-controller, gleaner vllm-sim, each a
 # process) through a day of inference traffic compressed into DEMO_MINUTES.
 # Logs land in bin/demo/<timestamp>/. See docs/demo.md.
+# DEMO_NOTICES=off runs the same day without reclaim notices, to measure what
+# they save.
 DEMO_MINUTES ?= 3
+DEMO_NOTICES ?= on
 demo: build tools
-	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=$(DEMO_MINUTES)
+	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=$(DEMO_MINUTES) --notices=$(DEMO_NOTICES)
 
 # The demo with a 2-minute day and its self-checks (it exits non-zero when
 # Gleaner did not lend, reclaim in time or autoscale): about 3 minutes with warm

@@ -70,6 +70,7 @@ type flags struct {
 	showVersion                bool
 	windows                    string
 	windowZone                 string
+	notices                    bool
 	price, currency            string
 	cfg                        controller.Config
 	le                         controller.LeaderElection
@@ -110,6 +111,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("policy").IntVar(&f.cfg.Policy.OpenAfterBackoff, "open-after-backoff", f.cfg.Policy.OpenAfterBackoff, "Flap damping: each time a node must take lent GPUs back, its open-after doubles, up to this multiple of --open-after; it relaxes once the node stays undrained. 1 for none.")
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.ReclaimLead, "reclaim-lead", f.cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.NoticeHorizon, "notice-horizon", f.cfg.Policy.NoticeHorizon, "Give a reclaim notice (gleaner.dev/reclaim-notice) to the best-effort pods on nodes whose lent GPUs the forecast over this horizon needs, with the time they are expected to be evicted; at least --forecast-horizon, where nodes stop lending.")
+	nfs.FlagSet("policy").BoolVar(&f.notices, "reclaim-notices", true, "Give reclaim notices up to --notice-horizon ahead; false gives none, so every eviction comes unannounced (to measure what notices save).")
 	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	nfs.FlagSet("demand").DurationVar(&f.cfg.StartupDeadline, "inference-startup-deadline", controller.DefaultStartupDeadline, "How long a bound inference pod may go unscraped after its creation (image pull, model load) and count as capacity still starting; past it, it counts as saturated and its service keeps room for one more replica.")
@@ -193,6 +195,7 @@ func run(args []string) error {
 	if f.cfg.InferenceNamespaceSelector.Empty() && len(f.cfg.Metrics.Namespaces) == 0 {
 		return fmt.Errorf("--inference-namespace-selector is empty and --inference-namespaces lists none: every namespace, tenants' included, would count as inference")
 	}
+	f.cfg.Policy.WithoutNotices = !f.notices
 	if f.cfg.Policy.Windows, err = harvest.ParseWindows(f.windows, f.windowZone); err != nil {
 		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", f.windows, f.windowZone, err)
 	}

@@ -25,7 +25,16 @@ func main() {
 	flag.StringVar(&cfg.BinDir, "bin", "bin", "Directory of gleaner, gleaner-scheduler and gleaner-controller (make build).")
 	flag.StringVar(&cfg.ToolsDir, "tools", "bin/tools", "Directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (make tools).")
 	flag.StringVar(&cfg.LogRoot, "logs", "bin/demo", "The run's log folder is created in this directory.")
+	notices := flag.String("notices", "on", "on: gleaner-controller gives reclaim notices, as shipped; off: it gives none, to measure what they save on the same day's traffic.")
 	flag.Parse()
+	switch *notices {
+	case "on":
+	case "off":
+		cfg.WithoutNotices = true
+	default:
+		fmt.Fprintf(os.Stderr, "--notices=%q: want on or off\n", *notices)
+		os.Exit(2)
+	}
 	if cfg.Nodes < 1 || cfg.GPUsPerNode < 4 || cfg.QueueDepth < 1 {
 		fmt.Fprintln(os.Stderr, "demo: need at least 1 node, 4 GPUs per node (chat replicas take 4) and a queue of 1")
 		os.Exit(2)

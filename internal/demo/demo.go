@@ -32,6 +32,9 @@ type Config struct {
 	LogRoot     string // the run's folder is created in it
 	Out         io.Writer
 	Seed        int64
+	// WithoutNotices runs gleaner-controller without reclaim notices, to
+	// measure what they save on the same day's traffic.
+	WithoutNotices bool
 }
 
 // ErrChecksFailed: the run finished but Gleaner visibly did not work.
@@ -43,6 +46,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	t.withoutNotices = cfg.WithoutNotices
 	for _, b := range []string{filepath.Join(cfg.BinDir, "gleaner"), filepath.Join(cfg.BinDir, "gleaner-scheduler"), filepath.Join(cfg.BinDir, "gleaner-controller"),
 		filepath.Join(cfg.ToolsDir, "localcluster")} {
 		if _, err := os.Stat(b); err != nil {

@@ -93,8 +93,11 @@ type report struct {
 	lostNoticed, lostUnnoticed                       float64
 	byReclaimer, byPreemption, reservationsPreempted int
 
-	reclaimLatency  []time.Duration // eviction to GPUs free, real time
-	infWaits        []time.Duration // inference pod created to bound, real time
+	reclaimLatency []time.Duration // eviction to GPUs free, real time
+	infWaits       []time.Duration // inference pod created to bound, real time
+	// loadToReady: each spell a service's load needed more replicas than
+	// were Ready, from its start to the replica that ended it, real time.
+	loadToReady     []time.Duration
 	infPendingAtEnd int
 	replicaRanges   []replicaRange
 	deadProcs       []string // processes no longer running at the end of the day
@@ -132,6 +135,12 @@ func (r *report) print(w io.Writer) {
 		demo(percentile(r.reclaimLatency, 50)), demo(percentile(r.reclaimLatency, 99)))
 	fmt.Fprintf(w, "  Inference pods' wait for GPUs, %d pods: p50 %s, p99 %s, max %s\n", len(r.infWaits),
 		demo(percentile(r.infWaits, 50)), demo(percentile(r.infWaits, 99)), demo(percentile(r.infWaits, 100)))
+	var short time.Duration
+	for _, d := range r.loadToReady {
+		short += d
+	}
+	fmt.Fprintf(w, "  Load waiting for a Ready replica, %d times: p50 %s, max %s, %s in all\n", len(r.loadToReady),
+		demo(percentile(r.loadToReady, 50)), demo(percentile(r.loadToReady, 100)), demo(short))
 	var ranges []string
 	for _, rr := range r.replicaRanges {
 		ranges = append(ranges, fmt.Sprintf("%s %d..%d", rr.service, rr.min, rr.max))

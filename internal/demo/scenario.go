@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand"
 	"net/http"
 	"os"
@@ -65,6 +66,9 @@ type scenario struct {
 	start    time.Time
 	rep      report
 	replicas map[string][2]int32 // service: lowest and highest ready replicas seen after warm-up
+	// short is since when each service's load has needed more replicas
+	// than serve it (absent: it has enough).
+	short map[string]time.Time
 }
 
 type jobState int
@@ -109,7 +113,7 @@ func newScenario(ctx context.Context, c *cluster, cfg Config, t timing) (*scenar
 	}
 	s := &scenario{
 		c: c, cfg: cfg, t: t, services: demoServices(), pgs: pgs, rng: rand.New(rand.NewSource(cfg.Seed)),
-		infSeen: map[types.UID]time.Time{}, evicting: map[types.UID]time.Time{}, driverDeleted: map[types.UID]bool{},
+		infSeen: map[types.UID]time.Time{}, evicting: map[types.UID]time.Time{}, driverDeleted: map[types.UID]bool{}, short: map[string]time.Time{},
 		replicas: map[string][2]int32{},
 		out:      newProgress(cfg.Out),
 	}
@@ -327,6 +331,7 @@ func (s *scenario) pushLoads(ctx context.Context, now time.Time) error {
 				ready = append(ready, p)
 			}
 		}
+		s.followShortfall(svc, svc.Load(h), len(ready), now)
 		running, waiting, kv := podLoad(svc, svc.Load(h), len(ready))
 		for _, p := range ready {
 			loads[p.Status.PodIP] = vllmsim.Load{Model: svc.Model, Running: running, Waiting: waiting, KVCache: kv}
@@ -354,6 +359,21 @@ func (s *scenario) pushLoads(ctx context.Context, now time.Time) error {
 }
 
 var simClient = &http.Client{Timeout: 2 * time.Second}
+
+// followShortfall times how long a service's load waits for the replicas it
+// needs at its target (ceil(load / target)) to serve: from the load arriving
+// to a replica Ready for it, the time inference sees.
+func (s *scenario) followShortfall(svc Service, load float64, ready int, now time.Time) {
+	needed := int(math.Ceil(load/svc.Target - 1e-9))
+	since, short := s.short[svc.Name]
+	switch {
+	case needed > ready && !short:
+		s.short[svc.Name] = now
+	case needed <= ready && short:
+		delete(s.short, svc.Name)
+		s.rep.loadToReady = append(s.rep.loadToReady, now.Sub(since))
+	}
+}
 
 // jobKinds is the research team's mix of best-effort work.
 // Each kind keeps QueueDepth jobs waiting, so small jobs are there to fill
@@ -635,6 +655,9 @@ func (s *scenario) finish(ctx context.Context, now time.Time) (*report, error) {
 	}
 	s.rep.reclaimLatency = append([]time.Duration(nil), s.reclaimLatency...)
 	s.mu.Unlock()
+	for _, since := range s.short { // still short: it has waited this long so far
+		s.rep.loadToReady = append(s.rep.loadToReady, now.Sub(since))
+	}
 	// Who evicted: gleaner-controller's reclaimer (ahead of demand) or the
 	// scheduler's preemption (an inference pod that did not fit).
 	s.dumpEvents(ctx)

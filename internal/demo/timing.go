@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -16,15 +17,18 @@ type timing struct {
 	day   time.Duration // real length of the demo day
 	scale float64       // demo seconds per real second
 
-	scrape, scrapeTimeout, horizon, reclaimLead, trendWindow, openAfter, stableWindow, panicWindow time.Duration
-	graceBestEffort, graceInference                                                                int64 // seconds
-	checkpoint                                                                                     time.Duration
+	scrape, scrapeTimeout, horizon, noticeHorizon, reclaimLead, trendWindow, openAfter, stableWindow, panicWindow time.Duration
+	graceBestEffort, graceInference                                                                               int64 // seconds
+	checkpoint                                                                                                    time.Duration
+	// withoutNotices runs the controller with --reclaim-notices=false.
+	withoutNotices bool
 }
 
 // Demo-time settings, as an operator would choose them for a real fleet.
 const (
 	demoScrape       = 5 * time.Minute // what one real second of scraping stands for at the default scale
 	demoHorizon      = 45 * time.Minute
+	demoNotice       = 2 * time.Hour // as gleaner-controller's default hour is four 15-minute horizons
 	demoTrendWindow  = 2 * time.Hour
 	demoOpenAfter    = 20 * time.Minute
 	demoStableWindow = time.Hour
@@ -42,6 +46,7 @@ func newTiming(dayMinutes float64) (timing, error) {
 	t.scrape = t.real(demoScrape, time.Second)
 	t.scrapeTimeout = t.scrape / 2
 	t.horizon = t.real(demoHorizon, 3*time.Second)
+	t.noticeHorizon = max(t.horizon, t.real(demoNotice, 0))
 	t.trendWindow = t.real(demoTrendWindow, 10*time.Second)
 	t.openAfter = t.real(demoOpenAfter, 3*time.Second)
 	// The autoscaler needs several scrapes in each window.
@@ -83,12 +88,12 @@ func (t timing) controllerFlags() []string {
 		"--sync-period=" + t.scrape.String(),
 		"--forecast-horizon=" + t.horizon.String(),
 		"--reclaim-lead=" + t.reclaimLead.String(),
-		// Notices within the horizon: an hour of demo time is a few seconds.
-		"--notice-horizon=" + t.horizon.String(),
+		"--notice-horizon=" + t.noticeHorizon.String(),
 		"--trend-window=" + t.trendWindow.String(),
 		"--open-after=" + t.openAfter.String(),
 		"--autoscale-stable-window=" + t.stableWindow.String(),
 		"--autoscale-panic-window=" + t.panicWindow.String(),
+		"--reclaim-notices=" + strconv.FormatBool(!t.withoutNotices),
 	}
 }
 
@@ -100,6 +105,7 @@ func (t timing) describe() string {
 	return fmt.Sprintf("Time: 24 h of demo time in %v of real time (1 real second = %s demo).\n", t.day, clockDuration(t.demo(time.Second))) +
 		row("scrape interval and sync period", t.scrape) +
 		row("forecast horizon", t.horizon) +
+		row("notice horizon", t.noticeHorizon) +
 		row("reclaim lead (notices before it)", t.reclaimLead) +
 		row("trend window", t.trendWindow) +
 		row("open after (spare GPUs stay spare)", t.openAfter) +
@@ -107,7 +113,8 @@ func (t timing) describe() string {
 		row("autoscaler panic window", t.panicWindow) +
 		row("best-effort grace period", time.Duration(t.graceBestEffort)*time.Second) +
 		row("best-effort checkpoint interval", t.checkpoint) +
-		row("reclaim budget (inference wait)", t.reclaimBudget())
+		row("reclaim budget (inference wait)", t.reclaimBudget()) +
+		fmt.Sprintf("  %-34s %s\n", "reclaim notices", map[bool]string{false: "on", true: "off (DEMO_NOTICES=off)"}[t.withoutNotices])
 }
 
 // clockDuration prints a demo duration as 1h30m or 45m or 12s.

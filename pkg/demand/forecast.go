@@ -37,12 +37,17 @@ type Trend struct {
 	Samples []Sample
 }
 
+// window is the Window, or its default.
+func (t *Trend) window() time.Duration {
+	if t.Window <= 0 {
+		return DefaultTrendWindow
+	}
+	return t.Window
+}
+
 // Add records a sample and forgets those older than the window.
 func (t *Trend) Add(s Sample) {
-	window := t.Window
-	if window <= 0 {
-		window = DefaultTrendWindow
-	}
+	window := t.window()
 	if n := len(t.Samples); n > 0 && !s.At.After(t.Samples[n-1].At) {
 		return
 	}
@@ -55,10 +60,12 @@ func (t *Trend) Add(s Sample) {
 }
 
 // Slope is the least-squares slope of load over time, in load per second, and
-// whether there is enough history to fit one (3 samples over at least 30 s).
+// whether there is enough history to fit one: 3 samples over at least a tenth
+// of the window (30 s of the default 5 minutes). The span is the window's,
+// not a fixed time, so that a compressed day (the demo's) has a trend too.
 func (t *Trend) Slope() (float64, bool) {
 	n := len(t.Samples)
-	if n < 3 || t.Samples[n-1].At.Sub(t.Samples[0].At) < 30*time.Second {
+	if n < 3 || t.Samples[n-1].At.Sub(t.Samples[0].At) < t.window()/10 {
 		return 0, false
 	}
 	t0 := t.Samples[0].At
