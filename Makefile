@@ -25,7 +25,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/per
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build images push release test-images test-perf tools manifests docs bench-perf bench-informer demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: all build images push release test-images test-perf test-perf-controller bench-controller tools manifests docs bench-perf bench-informer demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -111,6 +111,27 @@ bench-perf: tools
 test-perf:
 	$(MAKE) bench-perf PERF_LABELS=short PERF_OUT=$(BIN)/perf-short
 
+# gleaner-controller at fleet scale (hack/bench-controller): the real binary
+# against etcd and kube-apiserver from `make tools`, Node and Pod objects
+# only (no kubelet), 1,000 inference services behind one `gleaner vllm-sim`.
+# Per size in CONTROLLER_SIZES (NODES:BEST_EFFORT_PODS, each a fresh cluster):
+# a harvest window opening on every node, steady state, a restart and a
+# fleet-wide load step; round wall and CPU time, API writes per round by kind,
+# the API server's requests by verb, the controller's RSS and Go heap, and
+# eviction times. About 8 minutes a size at 1,000 to 5,000 nodes on 2 cores;
+# results in bin/bench-controller-runs/results.md. See bench/README.md.
+CONTROLLER_SIZES ?= 1000:20000,5000:20000,10000:50000
+CONTROLLER_FLAGS ?=
+bench-controller: build tools
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/ ./hack/bench-controller
+	$(BIN)/bench-controller --sizes $(CONTROLLER_SIZES) --out $(BIN)/bench-controller-runs $(CONTROLLER_FLAGS)
+
+# The controller benchmark's set-up, checked in make test: 200 nodes, steady
+# state only (about a minute).
+test-perf-controller: build tools
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/ ./hack/bench-controller
+	$(BIN)/bench-controller --sizes 200:1000 --services 200 --scenarios steady --steady 20s --out $(BIN)/bench-controller-short
+
 # The vLLM metrics informer beside Debian's Prometheus 2.42 (installed with
 # apt-get when missing: hack/ensure-prometheus.sh), each a process of its own,
 # scraping the same INFORMER_ENDPOINTS endpoints of one `gleaner vllm-sim`
@@ -144,7 +165,7 @@ demo: build tools
 demo-check: build tools
 	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=2
 
-test: test-unit test-integration test-faults demo-check test-images test-perf
+test: test-unit test-integration test-faults demo-check test-images test-perf test-perf-controller
 
 # examples/python's trainer is tested with Debian's python3-torch, installed
 # with apt-get when missing (hack/ensure-torch.sh says so).

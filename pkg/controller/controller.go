@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -392,11 +393,17 @@ func (c *Controller) Run(ctx context.Context) error {
 // and an API call that hangs (a black-holed connection, a stuck webhook) must
 // not wedge the controller after the fault clears; the next round starts over.
 func (c *Controller) Sync(ctx context.Context) error {
+	// The round's own thread, so that its CPU can be told from the rest of
+	// the process's (planCPU).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := c.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Heartbeat.Timeout)
 	defer cancel()
 	err := c.sync(ctx)
-	syncDuration.Observe(c.cfg.Clock.Since(start).Seconds())
+	took := c.cfg.Clock.Since(start)
+	syncDuration.Observe(took.Seconds())
+	klog.FromContext(ctx).V(2).Info("Finished round", "seconds", took.Seconds(), "failed", err != nil)
 	if err != nil {
 		syncErrors.Inc()
 	}
@@ -405,6 +412,8 @@ func (c *Controller) Sync(ctx context.Context) error {
 
 func (c *Controller) sync(ctx context.Context) error {
 	now := c.cfg.Clock.Now()
+	cpuStart, cpuOK := threadCPU()
+	wallStart := time.Now()
 	o, err := c.observe(ctx, now)
 	if err != nil {
 		return err
@@ -420,6 +429,17 @@ func (c *Controller) sync(ctx context.Context) error {
 			delete(c.reported, key) // a service gone; seen again, its problems are news
 		}
 	}
+	// Observing and planning make no API calls: their cost is the round's
+	// own, whatever the API server's latency.
+	planWall := time.Since(wallStart)
+	planDuration.Observe(planWall.Seconds())
+	var planCPU time.Duration
+	if cpuEnd, ok := threadCPU(); ok && cpuOK {
+		planCPU = cpuEnd - cpuStart
+		planCPUSeconds.Observe(planCPU.Seconds())
+	}
+	klog.FromContext(ctx).V(2).Info("Planned round", "nodes", len(o.Nodes), "services", len(d.Services),
+		"reclaims", len(d.Reclaims), "planSeconds", planWall.Seconds(), "planCPUSeconds", planCPU.Seconds())
 	return c.act(ctx, now, o, d)
 }
 

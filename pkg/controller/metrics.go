@@ -84,6 +84,18 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
 		StabilityLevel: metrics.ALPHA,
 	})
+	planDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "controller_plan_duration_seconds",
+		Help:           "Wall time of a planning round's observe and plan steps, which make no API calls (the rest of the round is its writes).",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
+		StabilityLevel: metrics.ALPHA,
+	})
+	planCPUSeconds = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "controller_plan_cpu_seconds",
+		Help:           "CPU time of a planning round's observe and plan steps on the round's own thread (Linux only): the round's cost without API I/O, scrapes or watches.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
+		StabilityLevel: metrics.ALPHA,
+	})
 	lastRound = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "controller_last_round_timestamp_seconds",
 		Help:           "Unix time of the last planning round that published every node's verdict (and renewed the heartbeat).",
@@ -112,7 +124,7 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, noticeLead, unwarnedEvictions, lostWorkGPUSeconds,
-		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, syncErrors, lastRound, roundAge, watchStalled,
+		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, planDuration, planCPUSeconds, syncErrors, lastRound, roundAge, watchStalled,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}
 )
