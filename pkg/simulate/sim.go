@@ -1,66 +1,43 @@
 // Package simulate replays inference traffic and a best-effort job stream in
-// virtual time through gleaner-controller's planning round (pkg/round: the
-// demand model, planner, gate and victim choice, the very code the controller
-// runs) and gleaner-scheduler's harvest check and placement score
-// (harvest.Verdict.Fit, harvest.PlacementScore), and accounts for what Gleaner
-// would harvest and what it would cost inference.
+// virtual time through gleaner-controller's planning round (pkg/round, the
+// code the controller runs) and gleaner-scheduler's harvest check and
+// placement score (harvest.Verdict.Fit, harvest.PlacementScore), and
+// accounts for what Gleaner would harvest and what it would cost inference.
 //
 // # Model
 //
 // Time advances in steps of the scrape interval. In each step:
 //
 //  1. Best-effort pods whose grace period has ended leave their GPUs and are
-//     queued again (as a retried pod, at the back of the queue, resuming from
-//     their last checkpoint); jobs whose work is done leave theirs.
-//  2. Each service's load is its trace rate at that time (constant within a
-//     trace window). The service wants max(1, ceil(load / capacity))
-//     replicas at once (the traffic model: inference scaled by an autoscaler
-//     of its own, not by Gleaner's); replicas it no longer wants go at once
-//     (pending ones first, then those on the node serving the least inference).
-//  3. Pending replicas bind, in the order they were wanted across services (as
-//     kube-scheduler's queue pops pods of equal priority), to a node with
-//     GPUsPerReplica GPUs held neither by inference nor by best-effort pods
-//     (the fullest such node). A replica that
-//     finds none waits; its wait, from the step it was wanted to the step it
-//     binds, is inference wait. A waiting replica is left out of the demand
-//     model's replicas, so the round below keeps headroom for it and reclaims
-//     GPUs where the planner places that headroom. This stands in for
-//     gleaner-scheduler's ReclaimPreemption PostFilter, which evicts for a
-//     pending inference pod but runs the upstream preemption Evaluator and
-//     cannot run without the framework. (The real controller counts a pending
-//     pod as a Starting replica, which is capacity, not headroom.)
-//  4. The controller's round, round.Planner.Plan, with the policy's settings
-//     (Config.RoundConfig): each bound replica is a Known replica carrying an equal
-//     share of the load (load beyond the capacity of a replica is waiting
-//     requests); the forecast policy uses the quarter-hour-of-week profile learned
-//     online, the others the load and its trend alone; the nightly policy
-//     lends only within NightlyWindows. The round's victims are evicted (every
-//     eviction goes through: a simulated cluster has no PodDisruptionBudgets);
-//     an evicted pod holds its GPUs for the grace period and loses the work
-//     since its last completed checkpoint. The round's reclaim notices reach
-//     their jobs at once (as the downward API would, a little later).
-//  5. The scheduler places queued best-effort jobs in queue order on nodes
-//     whose verdict admits them (harvest.Verdict.Fit, GPUHarvest's Filter) and
-//     whose GPUs are free, on the node with the highest harvest.PlacementScore
-//     (ties: the first node). A job that fits nowhere is skipped; the jobs
-//     behind it still get their chance. Every job is a lone pod.
+//     queued again (at the back, resuming from their last checkpoint and
+//     paying the restart cost); jobs whose work is done leave theirs.
+//  2. Each service's load is its trace rate at that time. With the gleaner
+//     inference autoscaler (the default) the round's scale decisions create
+//     and remove replicas, as the controller's scale subresource writes do;
+//     with the external one each service wants what its load needs now.
+//  3. Pending replicas bind, longest waiting first across services, to the
+//     fullest node with GPUsPerReplica GPUs held by no pod, and serve after
+//     the replica startup time. A pending replica is left out of the demand
+//     model's replicas, so the round keeps room for it and reclaims where
+//     the planner places that room: this stands in for gleaner-scheduler's
+//     ReclaimPreemption, which needs the framework. Only the part of a
+//     wait while its load is already there counts as a wait inference sees.
+//  4. The round runs with the policy's settings (Config.RoundConfig); its
+//     victims are evicted (a simulated cluster has no PodDisruptionBudgets),
+//     hold their GPUs for the grace period and lose the work since their last
+//     checkpoint; its notices reach their jobs at once.
+//  5. Queued jobs are placed in queue order where the verdict admits them and
+//     GPUs are free, on the node with the highest placement score; a job
+//     that fits nowhere is skipped. Every job is a lone pod.
 //
-// The job stream is a backlog: jobs are submitted in trace order, with the
-// trace's GPU counts and run times, whenever the GPUs requested by queued jobs
-// fall below the fleet's GPU count, and whenever lendable GPUs stay free
-// because every queued job is too big for them, so researchers always have
-// more work queued than the fleet could ever lend, of every size; the trace is
-// replayed from its start when it runs out.
-//
-// Jobs checkpoint every CheckpointInterval of progress, at no cost (the same
-// with and without notices). A job with a reclaim notice follows the
-// checkpoint contract: it works on and saves a checkpoint timed to complete
-// by the noticed time, if that saves more work than the checkpoint costs and
-// can complete within the grace period after it. The checkpoint takes
-// CheckpointCost x GPUs / GPUsPerNode, during which the job makes no
-// progress: that time counts as lost work. A checkpoint in flight when the
-// job is evicted goes on through the grace period; otherwise nothing is
-// saved on eviction (SIGTERM), with or without notice.
+// Jobs are a backlog, submitted in trace order whenever the queued GPUs fall
+// below the fleet's or free GPUs fit no queued job, so there is always more
+// work than the fleet can lend; the trace replays from its start when it runs
+// out. Jobs checkpoint every CheckpointInterval of progress. A noticed job
+// saves a checkpoint timed to complete by the noticed time when that saves
+// more than it costs (CheckpointCost x GPUs / GPUsPerNode of no progress,
+// counted as lost work); a checkpoint in flight at eviction completes within
+// the grace period, and nothing else is saved on SIGTERM.
 package simulate
 
 import (
