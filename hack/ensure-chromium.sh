@@ -10,12 +10,5 @@ for bin in "${CHROMIUM:-}" /usr/bin/chromium /usr/bin/chromium-browser; do
 	fi
 done
 echo "ensure-chromium: chromium is missing; installing Debian's chromium package with apt-get (once)" >&2
-if [ "$(id -u)" -ne 0 ]; then
-	SUDO=sudo
-else
-	SUDO=
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >&2
-$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >&2
+"$(dirname "$0")/apt-install.sh" chromium fonts-dejavu-core
 echo /usr/bin/chromium

@@ -12,12 +12,5 @@ for bin in "${PROMETHEUS:-}" /usr/bin/prometheus; do
 	fi
 done
 echo "ensure-prometheus: prometheus is missing; installing Debian's prometheus package with apt-get (once)" >&2
-if [ "$(id -u)" -ne 0 ]; then
-	SUDO=sudo
-else
-	SUDO=
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >&2
-$SUDO apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=300 prometheus >&2
+"$(dirname "$0")/apt-install.sh" prometheus
 echo /usr/bin/prometheus
