@@ -640,6 +640,63 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	scenario("surge replicas above max-replicas keep their room", func(t *testing.T) {
+		env := env.in(t)
+		// An autoscaled Deployment allowed one 1-GPU replica, mid-rollout:
+		// its old replica runs on gpu-a and its surge replica is pending.
+		// Nothing runs its ReplicaSets here: the replicas are created by hand.
+		srv := env.vllm("surge")
+		srv.set(vllmServing, 0, 0, 0.1)
+		replica := inferencePod("surge-0", "surge", 1, srv, v1.DefaultSchedulerName)
+		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		one := int32(1)
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: servingNS, Name: "surge", Annotations: map[string]string{
+				api.AnnotationAutoscale: "true", api.AnnotationMaxReplicas: "1"}},
+			Spec: appsv1.DeploymentSpec{Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: replica.Labels},
+				Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: replica.Labels}, Spec: replica.Spec}},
+		}
+		if _, err := env.client.AppsV1().Deployments(servingNS).Create(env.ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.client.AppsV1().Deployments(servingNS).Delete(env.ctx, "surge", metav1.DeleteOptions{})
+			env.deleteNow(servingNS, "surge-0")
+			env.deleteNow(servingNS, "surge-1")
+			quiet(env)
+		})
+		env.create(replica)
+		env.waitBound(servingNS, "surge-0", 20*time.Second)
+		// At its maximum already: no room kept beyond chat's; every spare
+		// GPU lent.
+		env.waitVerdict("gpu-a", open(3), 20*time.Second)
+		fillLent(env, "gpu-a", "fill-a")
+		fillLent(env, "gpu-b", "fill-b")
+		before := env.kubelet.deleted()
+		start := time.Now()
+		surge := inferencePod("surge-1", "surge", 1, env.vllm("surge"), v1.DefaultSchedulerName)
+		surge.Spec.NodeSelector = map[string]string{"example.com/rolling": "true"} // pending while the test looks
+		env.create(surge)
+		// Its GPU is taken back from a lent pod, though load asks for no
+		// more than the one replica allowed.
+		var took time.Duration
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if len(env.kubelet.deleted()) > len(before) {
+				took = time.Since(start)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		a, b := env.verdict("gpu-a"), env.verdict("gpu-b")
+		if took == 0 {
+			t.Fatalf("fault: a surge replica above max-replicas 1 pending: nothing taken back for it in 10 s (gpu-a %+v, gpu-b %+v)", a, b)
+		}
+		t.Logf("fault: a surge replica above max-replicas 1 pending, every spare GPU lent: a lent pod evicted for it %v after it appeared (gpu-a %s/%d, gpu-b %s/%d)",
+			took.Round(time.Millisecond), a.State, a.HarvestableGPUs, b.State, b.HarvestableGPUs)
+	})
+
 	scenario("a replica bound but never Ready keeps its service's room after the startup deadline", func(t *testing.T) {
 		env := env.in(t)
 		const deadline = 4 * time.Second
