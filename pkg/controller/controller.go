@@ -430,6 +430,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
 	c.observed = now
 	threshold := *c.cfg.BestEffortPriorityThreshold
+	optedIn := c.inferenceNamespaces()
 
 	index := make(map[string]int, len(nodeList))
 	var largestNodeGPUs int64
@@ -471,9 +472,12 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			bestEffort = append(bestEffort, p)
 		} else {
 			n.ServingGPUs += gpus
-		}
-		if api.IsInference(p) {
-			n.HostsInference = true
+			// The role label is the pod's own to write: it counts only on a
+			// pod of inference's priority in a namespace the admin opted in,
+			// so a tenant's pod cannot draw reclaims to another's node.
+			if api.IsInference(p) && optedIn(p.Namespace) {
+				n.HostsInference = true
+			}
 		}
 	}
 	live := make(map[types.UID]bool, len(bestEffort))
