@@ -453,6 +453,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	}
 	var bestEffort []*v1.Pod
 	for _, p := range podList {
+		if r := reservedAt(p, threshold); r != nil {
+			p = r // a gang member waiting at Permit holds its GPUs there
+		}
 		i, ok := index[p.Spec.NodeName]
 		if !ok || !api.HoldsResources(p) {
 			continue
@@ -497,6 +500,26 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	var problems map[string][]string
 	obs.Services, problems = c.observeServices(ctx, now, largestNodeGPUs)
 	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems}, nil
+}
+
+// reservedAt is a best-effort pod that gleaner-scheduler holds at Permit (a
+// gang member waiting for the rest of its group), placed on the node it is
+// reserved on: a copy with that node as its own, or nil for any other pod.
+// The scheduler keeps such a pod's GPUs from everyone else for up to the
+// group's timeout (15 minutes at most) and says where in the pod's
+// status.nominatedNodeName (Kubernetes 1.35 and later, while the pod waits
+// on Permit). Counted as lent there, its GPUs are seen and reclaimed like
+// any lent pod's: evicting it rejects the wait at once, and it has lost no
+// work. The status is not the tenant's to write.
+func reservedAt(p *v1.Pod, threshold int32) *v1.Pod {
+	if p.Spec.NodeName != "" || p.Status.NominatedNodeName == "" || p.DeletionTimestamp != nil ||
+		p.Spec.SchedulerName != api.SchedulerName || !api.IsBestEffort(p, threshold) ||
+		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return nil
+	}
+	r := p.DeepCopy()
+	r.Spec.NodeName = p.Status.NominatedNodeName
+	return r
 }
 
 // act publishes every node's verdict, then evicts and scales as the round

@@ -728,3 +728,34 @@ func TestRoleLabelOnATenantsPodDrawsNoReclaim(t *testing.T) {
 		})
 	}
 }
+
+// A gang member waiting at Permit holds GPUs in gleaner-scheduler, which says
+// where in its nominatedNodeName: its GPUs count as lent there, and it is
+// reclaimed like any lent pod (it has lost no work), instead of room being
+// planned on GPUs the scheduler keeps from inference.
+func TestGangMemberWaitingAtPermitIsSeenAndReclaimed(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	waiting := testobj.BestEffort("research", "waiting", "", 4, time.Time{})
+	waiting.Labels = map[string]string{api.LabelPodGroup: "train"}
+	waiting.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: "a"}
+	forged := testobj.BestEffort("research", "elsewhere", "", 4, time.Time{})
+	forged.Spec.SchedulerName = v1.DefaultSchedulerName // not gleaner-scheduler's: no reservation of its
+	forged.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: "b"}
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil),
+		testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour)),
+		waiting, forged)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4)}
+	if _, err := tc.sync(t, t0); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is free: a's spare 4 GPUs are held at Permit, b's lent.
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting requests: one more replica
+	writes, err := tc.sync(t, t0.Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := only(writes, "pods/eviction"), []string{"create pods/eviction waiting"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("evictions %v, want %v: the GPUs held at Permit are the ones to take back", got, want)
+	}
+}
