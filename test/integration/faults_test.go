@@ -697,6 +697,51 @@ func TestFaults(t *testing.T) {
 			took.Round(time.Millisecond), a.State, a.HarvestableGPUs, b.State, b.HarvestableGPUs)
 	})
 
+	scenario("a gang member waiting at Permit holds no GPUs inference needs", func(t *testing.T) {
+		env := env.in(t)
+		// A gang of two whose second member can never be placed: the first
+		// waits at Permit on gpu-a, holding 4 GPUs in gleaner-scheduler, for
+		// the group's timeout (600 s asked; 15 minutes is the most allowed).
+		timeout := int32(600)
+		env.createPodGroup("permit-wait", 2, &timeout)
+		t.Cleanup(func() {
+			_ = podGroupClient(env.cp).SchedulingV1alpha1().PodGroups(researchNS).Delete(env.ctx, "permit-wait", metav1.DeleteOptions{})
+		})
+		for i, sel := range []map[string]string{{"kubernetes.io/hostname": "gpu-a"}, {"example.com/never": "true"}} {
+			p := bestEffortPod("permit-"+strconv.Itoa(i), 4)
+			p.Labels = map[string]string{api.LabelPodGroup: "permit-wait"}
+			p.Spec.NodeSelector = sel
+			env.create(p)
+		}
+		waitFor(t, "permit-0 reserved on gpu-a", 20*time.Second, func() bool {
+			return env.pod(researchNS, "permit-0").Status.NominatedNodeName == "gpu-a"
+		})
+		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9) // waiting requests: one more replica, on gpu-a
+		budget := scrapeInterval + graceCap + 5*time.Second
+		deadline := time.Now().Add(budget)
+		for time.Now().Before(deadline) {
+			if _, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, "permit-0", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if p, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, "permit-0", metav1.GetOptions{}); err == nil {
+			t.Fatalf("fault: a gang member waiting at Permit on gpu-a still holds its 4 GPUs %v after inference needed them (nominated %q, verdict %+v)",
+				time.Since(start).Round(time.Millisecond), p.Status.NominatedNodeName, env.verdict("gpu-a"))
+		}
+		released := time.Since(start)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took := time.Since(start)
+		t.Logf("fault: a gang member waiting at Permit (timeout 600 s) on GPUs inference needs: evicted %v after the load rose, inference waited %v (budget %v)",
+			released.Round(time.Millisecond), took.Round(time.Millisecond), budget)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		quiet(env)
+	})
+
 	scenario("a replica bound but never Ready keeps its service's room after the startup deadline", func(t *testing.T) {
 		env := env.in(t)
 		const deadline = 4 * time.Second
