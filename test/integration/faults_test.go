@@ -265,6 +265,74 @@ func TestFaults(t *testing.T) {
 		})
 	}
 
+	scenario("a PodDisruptionBudget's wait survives a controller restart", func(t *testing.T) {
+		env := env.in(t)
+		// A longer wait than above, so that a restart part-way through it
+		// shows: the replacement counts from the first refusal, kept on the
+		// pod, not from its own first look.
+		const wait = 8 * time.Second
+		start := func(identity string) {
+			env.startControllerWith(func(c *controller.Config) {
+				c.MaxReclaimGrace, c.PDBWait, c.Heartbeat.Identity = graceCap, wait, identity
+			})
+			env.waitHeartbeatHolder(identity)
+		}
+		env.stopController()
+		start("pdb-restart-1")
+		zero := intstr.FromInt32(0)
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: researchNS, Name: "never-restart"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shielded-restart"}}},
+		}
+		created, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).Create(env.ctx, pdb, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.client.PolicyV1().PodDisruptionBudgets(researchNS).Delete(env.ctx, "never-restart", metav1.DeleteOptions{})
+		})
+		created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+		if _, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).UpdateStatus(env.ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		shielded := bestEffortPod("shielded-restart", 4)
+		shielded.Labels = map[string]string{"app": "shielded-restart"}
+		shielded.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(shielded)
+		env.waitBound(researchNS, "shielded-restart", 20*time.Second)
+		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+
+		begin := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "shielded-restart", reclaim.ReasonReclaimBlocked, "refused", 15*time.Second)
+		refused := time.Now()
+		// Half-way through the wait the controller is replaced (its Lease
+		// not released: the replacement waits for it to expire).
+		time.Sleep(wait / 2)
+		env.stopController()
+		start("pdb-restart-2")
+		up := time.Since(refused) // the replacement has planned
+		env.waitEvent(researchNS, "shielded-restart", reclaim.ReasonReclaimForced, "without its PodDisruptionBudget's check", 20*time.Second)
+		forced := time.Since(refused)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took := time.Since(begin)
+		// The restart costs the Lease's expiry (3 s) and the first scrape
+		// (1.5 s) on top of the budget for one budget's wait.
+		budget := scrapeInterval + wait + graceCap + 5*time.Second + 3*time.Second + 3*time.Second/2
+		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget, the controller replaced %v into its %v wait (the replacement planning %v after the first refusal): deleted %v after the first refusal, inference waited %v (budget %v)",
+			wait/2, wait, up.Round(time.Millisecond), forced.Round(time.Millisecond), took.Round(time.Millisecond), budget)
+		if forced > max(wait, up)+2*time.Second {
+			t.Errorf("deleted %v after the first refusal: the replacement started the %v wait again", forced.Round(time.Millisecond), wait)
+		}
+		if took > budget {
+			t.Errorf("inference waited %v, budget %v", took, budget)
+		}
+		env.stopController()
+		env.startControllerWith(usual)
+		quiet(env)
+	})
+
 	scenario("a pending inference replica drains a node at once", func(t *testing.T) {
 		env := env.in(t)
 		lentA := bestEffortPod("lent-a", 4)
