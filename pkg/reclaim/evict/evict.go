@@ -181,9 +181,8 @@ type refusal struct {
 // RefusedSince reads the first refusal kept on pod (its
 // api.ConditionEvictionRefused), if it is one a controller could have
 // written: True, not before the pod was created, not after now. Anything
-// else is no refusal, and the wait starts at the next one: a record that
-// cannot be trusted never shortens the wait of a pod another tenant is
-// taken for, and never lengthens any.
+// else is ignored, and the wait starts at the next refusal as if nothing had
+// been kept: a time in the future, trusted, would lengthen the wait.
 func RefusedSince(pod *v1.Pod, now time.Time) (time.Time, bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type != api.ConditionEvictionRefused {
