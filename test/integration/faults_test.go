@@ -775,15 +775,33 @@ func TestFaults(t *testing.T) {
 		t.Cleanup(func() {
 			_ = podGroupClient(env.cp).SchedulingV1alpha1().PodGroups(researchNS).Delete(env.ctx, "permit-wait", metav1.DeleteOptions{})
 		})
-		for i, sel := range []map[string]string{{"kubernetes.io/hostname": "gpu-a"}, {"example.com/never": "true"}} {
-			p := bestEffortPod("permit-"+strconv.Itoa(i), 4)
+		// The member that never fits first, and seen by the scheduler, so
+		// that the other finds its group complete at PreFilter.
+		for i, sel := range []map[string]string{{"example.com/never": "true"}, {"kubernetes.io/hostname": "gpu-a"}} {
+			p := bestEffortPod("permit-"+strconv.Itoa(1-i), 4)
 			p.Labels = map[string]string{api.LabelPodGroup: "permit-wait"}
 			p.Spec.NodeSelector = sel
 			env.create(p)
+			if i == 0 {
+				waitFor(t, "permit-1 tried by the scheduler", 20*time.Second, func() bool {
+					return len(env.events(researchNS, "permit-1")) > 0
+				})
+			}
 		}
-		waitFor(t, "permit-0 reserved on gpu-a", 20*time.Second, func() bool {
-			return env.pod(researchNS, "permit-0").Status.NominatedNodeName == "gpu-a"
-		})
+		reserved := func() bool { return env.pod(researchNS, "permit-0").Status.NominatedNodeName == "gpu-a" }
+		for deadline := time.Now().Add(20 * time.Second); !reserved() && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !reserved() {
+			for _, name := range []string{"permit-0", "permit-1"} {
+				for _, ev := range env.events(researchNS, name) {
+					t.Logf("event on %s: %s: %s", name, ev.Reason, ev.Message)
+				}
+				p := env.pod(researchNS, name)
+				t.Logf("%s: node %q, nominated %q, conditions %+v", name, p.Spec.NodeName, p.Status.NominatedNodeName, p.Status.Conditions)
+			}
+			t.Fatal("permit-0 was not reserved on gpu-a in 20 s")
+		}
 		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
 		start := time.Now()
 		chat0.set(vllmServing, 16, 5, 0.9) // waiting requests: one more replica, on gpu-a
