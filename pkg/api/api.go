@@ -81,6 +81,12 @@ const (
 	// ConditionReclaimNotice is the pod condition that says why: True while a
 	// notice stands, False once withdrawn.
 	ConditionReclaimNotice = "gleaner.dev/ReclaimNotice"
+	// ConditionEvictionRefused is the pod condition gleaner-controller sets,
+	// True, when a PodDisruptionBudget first refuses to let it evict the pod:
+	// its lastTransitionTime starts the pod's wait on the budget, which a
+	// restarted controller takes up where it was (pod status is not a
+	// tenant's to write).
+	ConditionEvictionRefused = "gleaner.dev/EvictionRefused"
 
 	PriorityClassInference  = "gleaner-inference"
 	PriorityClassBestEffort = "gleaner-best-effort"

@@ -479,6 +479,43 @@ func (a *Learner) RestoreSurvival(counts []SurvivalCount, at time.Time) error {
 	return nil
 }
 
+// Bound scales the record down, span by span, to what a pool of poolGPUs
+// could hold in it: each forecast is judged once per span and gives at most
+// the pool's GPUs, every Every, and the record fades by SurvivalHalfLife, so
+//
+//	most = poolGPUs / (1 - fading(Every))  (about 831 x poolGPUs)
+//
+// The planner learns no more than that itself; a record restored with more
+// (counts up to maxSurvivalGPUs, from a larger pool or a bad write) would
+// outweigh what the planner learns for weeks while it fades. Scaled to the
+// bound, its chances stay as they were and what the planner learns
+// outweighs it within one SurvivalHalfLife. The planner bounds the record
+// every round, so a pool that shrinks weighs its older record less too.
+func (a *Learner) Bound(poolGPUs int64) {
+	most := float64(max(poolGPUs, 0)) / (1 - fading(Every))
+	for h := range SurvivalHorizons {
+		var total float64
+		for l := range a.seen {
+			total += a.seen[l][h].gpus
+		}
+		if total > most {
+			f := most / total
+			for l := range a.seen {
+				a.seen[l][h].gpus *= f
+				a.seen[l][h].survived *= f
+			}
+		}
+		total = 0
+		for _, g := range a.recal[h].gpus {
+			total += g
+		}
+		if total > most {
+			a.recal[h].fade(most / total)
+			a.recal[h].fit()
+		}
+	}
+}
+
 // restoredFading is how much a record published at (zero: unknown) has
 // faded by what the planner learned since; when it learned nothing yet, its
 // first judgement fades the record from at.

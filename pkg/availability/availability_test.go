@@ -1,6 +1,7 @@
 package availability
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -75,5 +76,50 @@ func TestSurvivalRecordOutlivesARestart(t *testing.T) {
 		if got := fresh.Survival(); len(got) != 0 {
 			t.Errorf("%+v was refused, yet %+v was kept", bad, got)
 		}
+	}
+}
+
+// A record restored with counts far above what the pool could give (up to
+// maxSurvivalGPUs: a bad write, another pool's record) is scaled down to what
+// this pool's own forecasts could hold in it, its chances kept: what the
+// planner learns then outweighs it within one SurvivalHalfLife instead of
+// the weeks 2^40 takes to fade.
+func TestBoundScalesARestoredRecordToThePool(t *testing.T) {
+	record := []SurvivalCount{{NeededAtPercent: 110, Judged: Judged{Given: [2]int64{1 << 40, 1 << 40}, Survived: [2]int64{1 << 39, 1 << 40}}}}
+	recal := []RecalibrationCount{{LogOddsMilli: 2464, Judged: Judged{Given: [2]int64{1 << 40, 1 << 40}, Survived: [2]int64{1 << 40, 1 << 40}}}}
+	a := &Learner{}
+	if err := a.RestoreSurvival(record, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RestoreRecalibration(recal, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	before := [2]float64{a.survival(levelOf(110), 0, true), a.survival(levelOf(110), 1, true)}
+	const poolGPUs = 16
+	a.Bound(poolGPUs)
+	most := poolGPUs / (1 - fading(Every))
+	for h := range SurvivalHorizons {
+		got := a.seen[levelOf(110)][h].gpus
+		var recalGPUs float64
+		for _, g := range a.recal[h].gpus {
+			recalGPUs += g
+		}
+		if got > most*(1+1e-9) || recalGPUs > most*(1+1e-9) {
+			t.Fatalf("horizon %d: %v GPUs in the survival record, %v in the recalibration, want at most %v", h, got, recalGPUs, most)
+		}
+		if after := a.survival(levelOf(110), h, true); math.Abs(after-before[h]) > 1e-3 {
+			t.Errorf("horizon %d: chance %v after bounding, %v before", h, after, before[h])
+		}
+	}
+	halfLives := math.Log2(float64(1<<40) / most)
+	t.Logf("a record of 2^40 GPUs for a %d-GPU pool: bounded to %.0f (it would have taken %.0f days to fade to that)", poolGPUs, most, halfLives*SurvivalHalfLife.Hours()/24)
+	// A record within the bound is left as it is.
+	b := &Learner{}
+	if err := b.RestoreSurvival([]SurvivalCount{{NeededAtPercent: 110, Judged: Judged{Given: [2]int64{800, 800}, Survived: [2]int64{760, 200}}}}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	b.Bound(poolGPUs)
+	if got := b.seen[levelOf(110)][0]; got.gpus != 800 || got.survived != 760 {
+		t.Fatalf("a record within the bound became %+v", got)
 	}
 }

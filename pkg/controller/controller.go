@@ -477,6 +477,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
 	c.observed = now
 	threshold := *c.cfg.BestEffortPriorityThreshold
+	optedIn := c.inferenceNamespaces()
 
 	index := make(map[string]int, len(nodeList))
 	var largestNodeGPUs int64
@@ -499,6 +500,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	}
 	var bestEffort []*v1.Pod
 	for _, p := range podList {
+		if r := reservedAt(p, threshold); r != nil {
+			p = r // a gang member waiting at Permit holds its GPUs there
+		}
 		i, ok := index[p.Spec.NodeName]
 		if !ok || !api.HoldsResources(p) {
 			continue
@@ -518,9 +522,12 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			bestEffort = append(bestEffort, p)
 		} else {
 			n.ServingGPUs += gpus
-		}
-		if api.IsInference(p) {
-			n.HostsInference = true
+			// The role label is the pod's own to write: it counts only on a
+			// pod of inference's priority in a namespace the admin opted in,
+			// so a tenant's pod cannot draw reclaims to another's node.
+			if api.IsInference(p) && optedIn(p.Namespace) {
+				n.HostsInference = true
+			}
 		}
 	}
 	live := make(map[types.UID]bool, len(bestEffort))
@@ -540,6 +547,26 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	var problems map[string][]string
 	obs.Services, problems = c.observeServices(ctx, now, largestNodeGPUs)
 	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems}, nil
+}
+
+// reservedAt is a best-effort pod that gleaner-scheduler holds at Permit (a
+// gang member waiting for the rest of its group), placed on the node it is
+// reserved on: a copy with that node as its own, or nil for any other pod.
+// The scheduler keeps such a pod's GPUs from everyone else for up to the
+// group's timeout (15 minutes at most) and says where in the pod's
+// status.nominatedNodeName (Kubernetes 1.35 and later, while the pod waits
+// on Permit). Counted as lent there, its GPUs are seen and reclaimed like
+// any lent pod's: evicting it rejects the wait at once, and it has lost no
+// work. The status is not the tenant's to write.
+func reservedAt(p *v1.Pod, threshold int32) *v1.Pod {
+	if p.Spec.NodeName != "" || p.Status.NominatedNodeName == "" || p.DeletionTimestamp != nil ||
+		p.Spec.SchedulerName != api.SchedulerName || !api.IsBestEffort(p, threshold) ||
+		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return nil
+	}
+	r := p.DeepCopy()
+	r.Spec.NodeName = p.Status.NominatedNodeName
+	return r
 }
 
 // act publishes every node's verdict, then evicts and scales as the round

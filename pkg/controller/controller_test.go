@@ -739,3 +739,66 @@ func TestSyncCountsTerminationsOnItsOwnClock(t *testing.T) {
 		t.Fatalf("45 s on, leaving is past its grace and the slack: evictions %v, want %v", only(writes, "pods/eviction"), want)
 	}
 }
+
+// A tenant's best-effort pod labelled as inference does not make its node one
+// that hosts inference: were it to, the room for a new replica would go to
+// that node, and another tenant's job there would be evicted while the
+// labeller's own job kept its GPUs.
+func TestRoleLabelOnATenantsPodDrawsNoReclaim(t *testing.T) {
+	marker := testobj.BestEffort("research", "marker", "b", 1, t0.Add(-time.Minute))
+	marker.Labels = map[string]string{api.LabelRole: api.RoleInference, api.LabelService: "chat"}
+	for name, pod := range map[string]*v1.Pod{
+		"a best-effort pod labelled inference":                     marker,
+		"an inference pod in a namespace the admin did not opt in": testobj.Inference("research", "forged", "chat", "b", 0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+			tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Node("c", 4),
+				testobj.Inference("serving", "chat-0", "chat", "c", 4), chat(1, nil),
+				testobj.BestEffort("research", "labeller", "a", 8, t0.Add(-time.Hour)),
+				testobj.BestEffort("research", "other", "b", 7, t0.Add(-time.Hour)),
+				pod)
+			tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
+			writes, err := tc.sync(t, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both nodes would have to evict; neither hosts inference, so the
+			// room goes where the order of nodes puts it, whatever the labels say.
+			if got, want := only(writes, "pods/eviction"), []string{"create pods/eviction labeller"}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("evictions %v, want %v: a tenant's role label drew the reclaim to another tenant's node", got, want)
+			}
+		})
+	}
+}
+
+// A gang member waiting at Permit holds GPUs in gleaner-scheduler, which says
+// where in its nominatedNodeName: its GPUs count as lent there, and it is
+// reclaimed like any lent pod (it has lost no work), instead of room being
+// planned on GPUs the scheduler keeps from inference.
+func TestGangMemberWaitingAtPermitIsSeenAndReclaimed(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	waiting := testobj.BestEffort("research", "waiting", "", 4, time.Time{})
+	waiting.Labels = map[string]string{api.LabelPodGroup: "train"}
+	waiting.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: "a"}
+	forged := testobj.BestEffort("research", "elsewhere", "", 4, time.Time{})
+	forged.Spec.SchedulerName = v1.DefaultSchedulerName // not gleaner-scheduler's: no reservation of its
+	forged.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: "b"}
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil),
+		testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour)),
+		waiting, forged)
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 10, 0, 4)}
+	if _, err := tc.sync(t, t0); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is free: a's spare 4 GPUs are held at Permit, b's lent.
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting requests: one more replica
+	writes, err := tc.sync(t, t0.Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := only(writes, "pods/eviction"), []string{"create pods/eviction waiting"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("evictions %v, want %v: the GPUs held at Permit are the ones to take back", got, want)
+	}
+}

@@ -123,7 +123,10 @@ func (s Service) Target() float64 {
 // A replica whose metrics are missing, stale or malformed (negative, NaN or
 // infinite) counts as saturated (fail closed): its service keeps room for one
 // more replica. An unreadable forecast (NaN) counts as unbounded. Needed is at
-// most max(MaxReplicas, current) when MaxReplicas is set.
+// most max(MaxReplicas, current + pending) when MaxReplicas is set: the bound
+// caps what load can ask for, never the pods that exist (a rollout's surge
+// replicas above the maximum are pending pods all the same, and wait on no
+// lent GPU).
 //
 // A replica asleep (vLLM's sleep mode, read from fresh metrics only) serves
 // nothing until woken: it adds only the load of requests held in it (usually
@@ -252,10 +255,11 @@ func (o Observed) needed(forecastLoad, margin float64) (int, why) {
 }
 
 // bound applies MaxReplicas: no load, however large or forged, keeps room
-// for more replicas than the service could run.
+// for more replicas than the service could run, but every replica that
+// exists, bound or pending, keeps its room.
 func (o Observed) bound(n int) int {
 	if o.maxReplicas > 0 {
-		return min(n, max(o.maxReplicas, o.Current))
+		return min(n, max(o.maxReplicas, o.Current+o.Pending))
 	}
 	return n
 }

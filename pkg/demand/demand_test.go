@@ -168,6 +168,40 @@ func TestAssessBoundsExtremeLoads(t *testing.T) {
 	}
 }
 
+// A rollout's surge replicas above MaxReplicas are pods that exist: each
+// pending one keeps its room, though no load asks for more than the maximum.
+func TestAssessKeepsRoomForSurgeAboveMaxReplicas(t *testing.T) {
+	for _, tt := range []struct {
+		name                  string
+		bound, pending, max   int
+		running               float64
+		wantNeeded, wantSpare int
+	}{
+		{name: "one surge replica above a maximum of 1", bound: 1, pending: 1, max: 1, wantNeeded: 2, wantSpare: 1},
+		{name: "two surge replicas above a maximum of 2", bound: 2, pending: 2, max: 2, wantNeeded: 4, wantSpare: 2},
+		{name: "no surge: the maximum still bounds load", bound: 1, max: 2, running: 1e9, wantNeeded: 2, wantSpare: 1},
+		{name: "surge and a forged load: the pods, not the load", bound: 1, pending: 1, max: 1, running: 1e9, wantNeeded: 2, wantSpare: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Service{Name: "s", TargetLoad: 16, MaxReplicas: tt.max}
+			for i := range tt.bound {
+				r := Replica{Known: true, GPUs: 4}
+				if i == 0 {
+					r.Running = tt.running
+				}
+				s.Replicas = append(s.Replicas, r)
+			}
+			for range tt.pending {
+				s.Replicas = append(s.Replicas, Replica{Pending: true, GPUs: 4})
+			}
+			n := Assess(s)
+			if n.Needed != tt.wantNeeded || n.HeadroomReplicas != tt.wantSpare {
+				t.Fatalf("needed %d spare %d, want %d and %d (%s)", n.Needed, n.HeadroomReplicas, tt.wantNeeded, tt.wantSpare, n.Reason)
+			}
+		})
+	}
+}
+
 // An asleep replica serves nothing until woken but holds its GPUs: it stays
 // current, adds only the load held in it, and stands for the one more
 // replica waiting requests ask for only while no request is in it. Each case

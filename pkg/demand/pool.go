@@ -40,6 +40,30 @@ type PoolProfile struct {
 	Peaks    map[string]float64
 	Spoiled  bool
 	Last     time.Time
+	// restored marks the slots taken from a stored profile (Restore) and
+	// not yet seen whole by this planner.
+	restored [SlotsPerWeek]bool
+}
+
+// RestoredRatioFloor is the least ratio a restored slot is given until the
+// planner has seen the slot whole itself: a stored ratio is the planner's own
+// word only as far as the store can be trusted, and one near 0 would keep
+// little more room than the largest service's peak, lending GPUs inference
+// needs for the weeks smoothing would take to relearn it. Below the floor,
+// less is lent until the slot is seen again, within a week.
+const RestoredRatioFloor = 0.5
+
+// Restore takes the learned slots of a stored profile where this one has
+// learned nothing itself, each ratio at least RestoredRatioFloor. The first
+// week this planner sees a restored slot whole replaces the stored ratio
+// instead of being smoothed into it, so a stored record moves the pool's
+// room for at most the week until its slot comes round.
+func (p *PoolProfile) Restore(stored PoolProfile) {
+	for s := range stored.Weeks {
+		if p.Weeks[s] == 0 && stored.Weeks[s] > 0 {
+			p.Ratio[s], p.Weeks[s], p.restored[s] = max(stored.Ratio[s], RestoredRatioFloor), stored.Weeks[s], true
+		}
+	}
 }
 
 // PoolMaxGap is the longest time between two rounds within a slot that
@@ -99,6 +123,9 @@ func (p *PoolProfile) fold() {
 		return // idle (0/0), or overflowed
 	}
 	s := SlotOfWeek(p.Slot)
+	if p.restored[s] {
+		p.Weeks[s], p.restored[s] = 0, false // seen whole: its own week replaces the stored ratio
+	}
 	smooth(&p.Ratio[s], &p.Weeks[s], ratio, DefaultProfileWeight)
 }
 

@@ -105,3 +105,48 @@ func TestPoolProfileJSON(t *testing.T) {
 		t.Fatalf("an empty pool profile: %v, %d learned", err, q.Learned())
 	}
 }
+
+// A restored profile is bounded: a slot's stored ratio counts as at least
+// RestoredRatioFloor until the planner sees the slot whole itself, and that
+// week replaces it instead of being smoothed into it. A stored ratio near 0
+// (a bad write, another pool's record) would otherwise keep room for little
+// more than the largest service's peak, relearned only over weeks.
+func TestPoolProfileRestoreIsBounded(t *testing.T) {
+	monday := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	var stored PoolProfile
+	stored.Ratio[0], stored.Weeks[0] = 0.01, 100
+	stored.Ratio[1], stored.Weeks[1] = 0.8, 3
+	var p PoolProfile
+	p.Ratio[1], p.Weeks[1] = 0.7, 1 // learned here since the start: kept
+	p.Restore(stored)
+	// Four services peaking at 8 GPUs each: 32 in all, 8 the largest.
+	peaks := func(int) (float64, float64) { return 32, 8 }
+	peak, ok := p.PeakOver(monday, time.Minute, peaks)
+	t.Logf("restored ratio 0.01: room for a pool peak of %v GPUs (%v as stored)", peak, max(0.01*32, 8))
+	if !ok || peak != RestoredRatioFloor*32 {
+		t.Fatalf("PeakOver a restored slot at 0.01: %v %v, want the floor's %v", peak, ok, RestoredRatioFloor*32)
+	}
+	if p.Ratio[1] != 0.7 {
+		t.Fatalf("slot 1 learned here: ratio %v, want 0.7 kept", p.Ratio[1])
+	}
+	// The planner sees slot 0 whole: a and b take turns, the pool peaking at
+	// 9 of the 12 their peaks add up to. That week is the slot's ratio.
+	both := func(a, b float64) map[string]float64 { return map[string]float64{"a": a, "b": b} }
+	for m := -1; m < 16; m++ {
+		loads := both(6, 3)
+		if m >= 7 {
+			loads = both(3, 6)
+		}
+		p.Observe(monday.Add(time.Duration(m)*time.Minute), loads, true)
+	}
+	if got := p.Ratio[0]; got != 9.0/12 || p.Weeks[0] != 1 {
+		t.Fatalf("slot 0 seen whole after a restore: ratio %v (weeks %d), want 0.75 from its own week", got, p.Weeks[0])
+	}
+	// From then on it is smoothed as any learned slot.
+	for m := 7*24*60 - 1; m < 7*24*60+16; m++ {
+		p.Observe(monday.Add(time.Duration(m)*time.Minute), both(3, 3), true)
+	}
+	if got, want := p.Ratio[0], 0.75+DefaultProfileWeight*(1-0.75); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("slot 0 a week later: %v, want %v", got, want)
+	}
+}

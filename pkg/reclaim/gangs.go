@@ -29,17 +29,53 @@ type Unit struct {
 	// members may go (live members above the quorum).
 	gang  string
 	spare int
+	// elastic: the unit is an elastic gang whole, which sheds members instead.
+	elastic bool
 }
 
 // GPUsOn is the GPUs the unit's members hold on node.
 func (u Unit) GPUsOn(node string) int64 {
-	var gpus int64
+	gpus, _ := u.on(node)
+	return gpus
+}
+
+// on is the GPUs the unit's members hold on node, and what evicting the unit
+// costs when choosing for node: the least lost work of its members there
+// (the sum, for an elastic gang whole).
+//
+//	cost(unit, node) = min { LostWork(m) : m a member on node }
+//	cost(elastic gang whole, node) = sum { LostWork(m) : m a member on node }
+//
+// A lone pod costs its own lost work. A rigid gang costs no more than its
+// cheapest member on the node would alone: membership is the tenant's label
+// and its PodGroup the tenant's object, so whether the other members really
+// lose their work with it is a claim Gleaner cannot check. Summed, the claim
+// would let a tenant make its pods look expensive (one PodGroup over its pods
+// across the cluster, minMember at the member count or above) and another
+// tenant's pods go first; counted this way, joining a gang never protects a
+// pod, and a real gang is taken only where one of its members is the
+// cheapest to take. An elastic gang whole costs at least what shedding its
+// members on the node would, so it sheds before it goes whole; it can claim
+// no more than the members it holds on the node lose, each of which it could
+// shed at its own cost. Lost work is GPUs x run time since start or
+// checkpoint, which the tenant cannot raise.
+func (u Unit) on(node string) (gpus int64, cost float64) {
+	var least, sum float64
+	first := true
 	for _, m := range u.Members {
-		if m.Pod.Spec.NodeName == node {
-			gpus += m.GPUs
+		if m.Pod.Spec.NodeName != node {
+			continue
+		}
+		gpus += m.GPUs
+		sum += m.LostWork
+		if first || m.LostWork < least {
+			least, first = m.LostWork, false
 		}
 	}
-	return gpus
+	if u.elastic {
+		return gpus, sum
+	}
+	return gpus, least
 }
 
 // Units groups candidates into eviction units. Pods already terminating are
@@ -79,8 +115,10 @@ func Units(candidates []Candidate) []Unit {
 	for _, k := range keys {
 		u := *byKey[k]
 		sort.Slice(u.Members, func(a, b int) bool { return u.Members[a].Pod.Name < u.Members[b].Pod.Name })
+		q := int(quorum[k])
+		u.elastic = q > 0 && len(u.Members) > q
 		units = append(units, u)
-		if q := int(quorum[k]); q > 0 && len(u.Members) > q {
+		if u.elastic {
 			for _, m := range u.Members {
 				units = append(units, Unit{Key: k + "/" + m.Pod.Name, Members: []Candidate{m}, LostWork: m.LostWork,
 					Prepared: m.Prepared, gang: k, spare: len(u.Members) - q})
@@ -117,7 +155,7 @@ func allowed(units []Unit) bool {
 const exhaustiveLimit = 16
 
 // Choose picks the units to evict so that at least owed GPUs come back on node:
-// the set with the least total lost work, counting none for Prepared units
+// the set with the least total cost on node (Unit.on), counting none for Prepared units
 // (pods that checkpointed after their reclaim notice lose nothing they were
 // not warned of, so they go first), then the fewest pods, then the fewest
 // units. An elastic gang sheds members rather than going whole when that
@@ -131,8 +169,8 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 	// exact search below would otherwise walk them for each of its sets.
 	var useful []unitOn
 	for _, u := range units {
-		if g := u.GPUsOn(node); g > 0 {
-			useful = append(useful, unitOn{u, g})
+		if g, cost := u.on(node); g > 0 {
+			useful = append(useful, unitOn{u, g, cost})
 		}
 	}
 	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j]) })
@@ -149,10 +187,12 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 	return chosen
 }
 
-// unitOn is a unit and the GPUs its members hold on the node being chosen for.
+// unitOn is a unit, the GPUs its members hold on the node being chosen for,
+// and what evicting it costs there (see Unit.on).
 type unitOn struct {
 	Unit
 	gpus int64
+	cost float64
 }
 
 // greedyCover takes units in order while they are allowed together, until
@@ -196,7 +236,7 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 			if mask&(1<<i) != 0 {
 				freed += u.gpus
 				if !u.Prepared {
-					c.lost += u.LostWork
+					c.lost += u.cost
 				}
 				c.pods += len(u.Members)
 				c.units++
@@ -220,14 +260,14 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 	return chosen
 }
 
-// lessUnit is the eviction order: prepared first, then least lost work,
-// fewest pods, most GPUs back on the node, key.
+// lessUnit is the eviction order: prepared first, then least cost on the
+// node (Unit.on), fewest pods, most GPUs back on the node, key.
 func lessUnit(a, b unitOn) bool {
 	if a.Prepared != b.Prepared {
 		return a.Prepared
 	}
-	if a.LostWork != b.LostWork {
-		return a.LostWork < b.LostWork
+	if a.cost != b.cost {
+		return a.cost < b.cost
 	}
 	if len(a.Members) != len(b.Members) {
 		return len(a.Members) < len(b.Members)

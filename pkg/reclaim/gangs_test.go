@@ -106,14 +106,42 @@ func TestChooseVictims(t *testing.T) {
 			want: []string{"ml/c"},
 		},
 		{
-			name: "a gang goes whole, members on other nodes too, and its lost work is summed",
+			name: "a gang goes whole, members on other nodes too, and costs what its member on the node loses",
 			candidates: []Candidate{
 				member("g-0", "n1", "train", 2, 5*time.Minute), // 600
-				member("g-1", "n2", "train", 2, 5*time.Minute), // 600: gang 1200
+				member("g-1", "n2", "train", 2, 5*time.Minute), // 600 elsewhere: the gang's own claim
 				member("solo", "n1", "", 2, 8*time.Minute),     // 960
 			},
 			owed: 2,
-			want: []string{"ml/solo"},
+			want: []string{gangKey + "train"},
+		},
+		{
+			// A tenant puts its pods across the cluster in one PodGroup whose
+			// minMember is the member count: summed, the gang's lost work
+			// (8 x 1200) would make another tenant's pod go first.
+			name: "a gang over many nodes does not make another tenant's pod go first",
+			candidates: append([]Candidate{
+				member("shield-0", "n1", "shield", 2, 10*time.Minute), // 1200 on n1
+				member("victim", "n1", "", 2, 15*time.Minute)},        // 1800
+				member("shield-1", "n2", "shield", 2, 10*time.Minute),
+				member("shield-2", "n3", "shield", 2, 10*time.Minute),
+				member("shield-3", "n4", "shield", 2, 10*time.Minute),
+				member("shield-4", "n5", "shield", 2, 10*time.Minute),
+				member("shield-5", "n6", "shield", 2, 10*time.Minute),
+				member("shield-6", "n7", "shield", 2, 10*time.Minute),
+				member("shield-7", "n8", "shield", 2, 10*time.Minute)),
+			owed: 2,
+			want: []string{gangKey + "shield"},
+		},
+		{
+			name: "two members of a gang on the node cost what the cheaper loses",
+			candidates: []Candidate{
+				member("g-0", "n1", "pair", 1, 10*time.Minute), // 600
+				member("g-1", "n1", "pair", 1, 10*time.Minute), // 600
+				member("solo", "n1", "", 1, 15*time.Minute),    // 900: alone, either member would go before it
+			},
+			owed: 1,
+			want: []string{gangKey + "pair"},
 		},
 		{
 			name: "a cheap gang is taken whole even if one member would do",

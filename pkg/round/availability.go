@@ -16,6 +16,15 @@ import (
 func (p *Planner) availabilityOf(v *view, plan harvest.Plan) []availability.Availability {
 	a := &p.avail
 	now := v.now
+	var poolGPUs int64
+	for _, n := range v.nodes {
+		if n.InPool {
+			poolGPUs += n.AllocatableGPUs
+		}
+	}
+	if poolGPUs > 0 {
+		a.Bound(poolGPUs) // a restored record weighs no more than this pool could give it
+	}
 	a.Observe(now, plan)
 	if !a.Due(now) {
 		return a.Last(plan)

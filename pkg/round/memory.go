@@ -52,8 +52,9 @@ func (p *Planner) Restore(m Memory) error {
 }
 
 // restorePoolProfile takes back a stored pool profile, refusing what it
-// cannot trust (demand.PoolProfile.UnmarshalJSON). Slots this planner
-// learned itself since it started keep what it learned.
+// cannot trust (demand.PoolProfile.UnmarshalJSON) and bounding what it
+// can change (demand.PoolProfile.Restore). Slots this planner learned
+// itself since it started keep what it learned.
 func (p *Planner) restorePoolProfile(stored string) error {
 	if stored == "" {
 		return nil
@@ -62,11 +63,7 @@ func (p *Planner) restorePoolProfile(stored string) error {
 	if err := json.Unmarshal([]byte(stored), &in); err != nil {
 		return fmt.Errorf("the stored pool profile is unreadable: %w", err)
 	}
-	for s := range in.Weeks {
-		if p.pool.Weeks[s] == 0 {
-			p.pool.Ratio[s], p.pool.Weeks[s] = in.Ratio[s], in.Weeks[s]
-		}
-	}
+	p.pool.Restore(in)
 	return nil
 }
 

@@ -736,3 +736,40 @@ func TestPooledScalesTheRoomsToThePoolsRise(t *testing.T) {
 		}
 	}
 }
+
+// What a restart reads back can move the planner only so far: a stored
+// pool profile whose ratio is near 0 keeps room for at least half the
+// services' peaks until the slot is seen again (less lending while it is
+// relearned), and a survival record of 2^40 GPUs weighs, after the first
+// round, no more than the pool's own forecasts could.
+func TestRestoredMemoryIsBounded(t *testing.T) {
+	var stored demand.PoolProfile
+	slot := demand.SlotOfWeek(t0)
+	stored.Ratio[slot], stored.Weeks[slot] = 0.01, 1000
+	raw, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := int64(1 << 40)
+	p := New(Config{})
+	if err := p.Restore(Memory{PoolProfile: string(raw), Survival: []availability.SurvivalCount{
+		{NeededAtPercent: 110, Judged: availability.Judged{Given: [2]int64{huge, huge}, Survived: [2]int64{huge, huge}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	peaks := func(int) (float64, float64) { return 32, 8 } // four services peaking at 8 GPUs
+	peak, ok := p.pool.PeakOver(t0, time.Minute, peaks)
+	if !ok || peak < 16 {
+		t.Errorf("a restored ratio of 0.01: room for a pool peak of %v GPUs of the 32 the services' peaks add up to, want at least 16", peak)
+	}
+	p.Plan(Observation{Now: t0, Published: map[string]int64{}, Nodes: []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8}}})
+	most := int64(16 * 832)
+	for _, c := range p.Memory(t0).Survival {
+		for h, given := range c.Given {
+			if given > most {
+				t.Errorf("after a round of a 16-GPU pool, the restored record holds %d GPUs over span %d, want at most %d", given, h, most)
+			}
+		}
+	}
+}

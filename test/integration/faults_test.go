@@ -265,6 +265,74 @@ func TestFaults(t *testing.T) {
 		})
 	}
 
+	scenario("a PodDisruptionBudget's wait survives a controller restart", func(t *testing.T) {
+		env := env.in(t)
+		// A longer wait than above, so that a restart part-way through it
+		// shows: the replacement counts from the first refusal, kept on the
+		// pod, not from its own first look.
+		const wait = 8 * time.Second
+		start := func(identity string) {
+			env.startControllerWith(func(c *controller.Config) {
+				c.MaxReclaimGrace, c.PDBWait, c.Heartbeat.Identity = graceCap, wait, identity
+			})
+			env.waitHeartbeatHolder(identity)
+		}
+		env.stopController()
+		start("pdb-restart-1")
+		zero := intstr.FromInt32(0)
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: researchNS, Name: "never-restart"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shielded-restart"}}},
+		}
+		created, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).Create(env.ctx, pdb, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.client.PolicyV1().PodDisruptionBudgets(researchNS).Delete(env.ctx, "never-restart", metav1.DeleteOptions{})
+		})
+		created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+		if _, err := env.client.PolicyV1().PodDisruptionBudgets(researchNS).UpdateStatus(env.ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		shielded := bestEffortPod("shielded-restart", 4)
+		shielded.Labels = map[string]string{"app": "shielded-restart"}
+		shielded.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		env.create(shielded)
+		env.waitBound(researchNS, "shielded-restart", 20*time.Second)
+		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+
+		begin := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9)
+		env.waitEvent(researchNS, "shielded-restart", reclaim.ReasonReclaimBlocked, "refused", 15*time.Second)
+		refused := time.Now()
+		// Half-way through the wait the controller is replaced (its Lease
+		// not released: the replacement waits for it to expire).
+		time.Sleep(wait / 2)
+		env.stopController()
+		start("pdb-restart-2")
+		up := time.Since(refused) // the replacement has planned
+		env.waitEvent(researchNS, "shielded-restart", reclaim.ReasonReclaimForced, "without its PodDisruptionBudget's check", 20*time.Second)
+		forced := time.Since(refused)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took := time.Since(begin)
+		// The restart costs the Lease's expiry (3 s) and the first scrape
+		// (1.5 s) on top of the budget for one budget's wait.
+		budget := scrapeInterval + wait + graceCap + 5*time.Second + 3*time.Second + 3*time.Second/2
+		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget, the controller replaced %v into its %v wait (the replacement planning %v after the first refusal): deleted %v after the first refusal, inference waited %v (budget %v)",
+			wait/2, wait, up.Round(time.Millisecond), forced.Round(time.Millisecond), took.Round(time.Millisecond), budget)
+		if forced > max(wait, up)+2*time.Second {
+			t.Errorf("deleted %v after the first refusal: the replacement started the %v wait again", forced.Round(time.Millisecond), wait)
+		}
+		if took > budget {
+			t.Errorf("inference waited %v, budget %v", took, budget)
+		}
+		env.stopController()
+		env.startControllerWith(usual)
+		quiet(env)
+	})
+
 	scenario("a pending inference replica drains a node at once", func(t *testing.T) {
 		env := env.in(t)
 		lentA := bestEffortPod("lent-a", 4)
@@ -689,6 +757,126 @@ func TestFaults(t *testing.T) {
 		if needed != 2 {
 			t.Fatalf("needed replicas %v, want 2 (max-replicas)", needed)
 		}
+	})
+
+	scenario("surge replicas above max-replicas keep their room", func(t *testing.T) {
+		env := env.in(t)
+		// An autoscaled Deployment allowed one 1-GPU replica, mid-rollout:
+		// its old replica runs on gpu-a and its surge replica is pending.
+		// Nothing runs its ReplicaSets here: the replicas are created by hand.
+		srv := env.vllm("surge")
+		srv.set(vllmServing, 0, 0, 0.1)
+		replica := inferencePod("surge-0", "surge", 1, srv, v1.DefaultSchedulerName)
+		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
+		one := int32(1)
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: servingNS, Name: "surge", Annotations: map[string]string{
+				api.AnnotationAutoscale: "true", api.AnnotationMaxReplicas: "1"}},
+			Spec: appsv1.DeploymentSpec{Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: replica.Labels},
+				Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: replica.Labels}, Spec: replica.Spec}},
+		}
+		if _, err := env.client.AppsV1().Deployments(servingNS).Create(env.ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.client.AppsV1().Deployments(servingNS).Delete(env.ctx, "surge", metav1.DeleteOptions{})
+			env.deleteNow(servingNS, "surge-0")
+			env.deleteNow(servingNS, "surge-1")
+			quiet(env)
+		})
+		env.create(replica)
+		env.waitBound(servingNS, "surge-0", 20*time.Second)
+		// At its maximum already: no room kept beyond chat's; every spare
+		// GPU lent.
+		env.waitVerdict("gpu-a", open(3), 20*time.Second)
+		fillLent(env, "gpu-a", "fill-a")
+		fillLent(env, "gpu-b", "fill-b")
+		before := env.kubelet.deleted()
+		start := time.Now()
+		surge := inferencePod("surge-1", "surge", 1, env.vllm("surge"), v1.DefaultSchedulerName)
+		surge.Spec.NodeSelector = map[string]string{"example.com/rolling": "true"} // pending while the test looks
+		env.create(surge)
+		// Its GPU is taken back from a lent pod, though load asks for no
+		// more than the one replica allowed.
+		var took time.Duration
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if len(env.kubelet.deleted()) > len(before) {
+				took = time.Since(start)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		a, b := env.verdict("gpu-a"), env.verdict("gpu-b")
+		if took == 0 {
+			t.Fatalf("fault: a surge replica above max-replicas 1 pending: nothing taken back for it in 10 s (gpu-a %+v, gpu-b %+v)", a, b)
+		}
+		t.Logf("fault: a surge replica above max-replicas 1 pending, every spare GPU lent: a lent pod evicted for it %v after it appeared (gpu-a %s/%d, gpu-b %s/%d)",
+			took.Round(time.Millisecond), a.State, a.HarvestableGPUs, b.State, b.HarvestableGPUs)
+	})
+
+	scenario("a gang member waiting at Permit holds no GPUs inference needs", func(t *testing.T) {
+		env := env.in(t)
+		// A gang of two whose second member can never be placed: the first
+		// waits at Permit on gpu-a, holding 4 GPUs in gleaner-scheduler, for
+		// the group's timeout (600 s asked; 15 minutes is the most allowed).
+		timeout := int32(600)
+		env.createPodGroup("permit-wait", 2, &timeout)
+		t.Cleanup(func() {
+			_ = podGroupClient(env.cp).SchedulingV1alpha1().PodGroups(researchNS).Delete(env.ctx, "permit-wait", metav1.DeleteOptions{})
+		})
+		// The member that never fits first, and seen by the scheduler, so
+		// that the other finds its group complete at PreFilter.
+		for i, sel := range []map[string]string{{"example.com/never": "true"}, {"kubernetes.io/hostname": "gpu-a"}} {
+			p := bestEffortPod("permit-"+strconv.Itoa(1-i), 4)
+			p.Labels = map[string]string{api.LabelPodGroup: "permit-wait"}
+			p.Spec.NodeSelector = sel
+			env.create(p)
+			if i == 0 {
+				waitFor(t, "permit-1 tried by the scheduler", 20*time.Second, func() bool {
+					return len(env.events(researchNS, "permit-1")) > 0
+				})
+			}
+		}
+		reserved := func() bool { return env.pod(researchNS, "permit-0").Status.NominatedNodeName == "gpu-a" }
+		for deadline := time.Now().Add(20 * time.Second); !reserved() && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !reserved() {
+			for _, name := range []string{"permit-0", "permit-1"} {
+				for _, ev := range env.events(researchNS, name) {
+					t.Logf("event on %s: %s: %s", name, ev.Reason, ev.Message)
+				}
+				p := env.pod(researchNS, name)
+				t.Logf("%s: node %q, nominated %q, conditions %+v", name, p.Spec.NodeName, p.Status.NominatedNodeName, p.Status.Conditions)
+			}
+			t.Fatal("permit-0 was not reserved on gpu-a in 20 s")
+		}
+		fillLent(env, "gpu-b", "fill-b") // nowhere else to take GPUs from
+		start := time.Now()
+		chat0.set(vllmServing, 16, 5, 0.9) // waiting requests: one more replica, on gpu-a
+		budget := scrapeInterval + graceCap + 5*time.Second
+		deadline := time.Now().Add(budget)
+		for time.Now().Before(deadline) {
+			if _, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, "permit-0", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if p, err := env.client.CoreV1().Pods(researchNS).Get(env.ctx, "permit-0", metav1.GetOptions{}); err == nil {
+			t.Fatalf("fault: a gang member waiting at Permit on gpu-a still holds its 4 GPUs %v after inference needed them (nominated %q, verdict %+v)",
+				time.Since(start).Round(time.Millisecond), p.Status.NominatedNodeName, env.verdict("gpu-a"))
+		}
+		released := time.Since(start)
+		env.createChatReplica("chat-1", env.vllm("llama-chat"))
+		took := time.Since(start)
+		t.Logf("fault: a gang member waiting at Permit (timeout 600 s) on GPUs inference needs: evicted %v after the load rose, inference waited %v (budget %v)",
+			released.Round(time.Millisecond), took.Round(time.Millisecond), budget)
+		if took > budget {
+			t.Fatalf("inference waited %v, budget %v", took, budget)
+		}
+		quiet(env)
 	})
 
 	scenario("a replica bound but never Ready keeps its service's room after the startup deadline", func(t *testing.T) {

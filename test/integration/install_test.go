@@ -389,8 +389,9 @@ func TestInstall(t *testing.T) {
 			}
 		}
 
-		// It may write a reclaim notice (annotation and condition) on a
-		// best-effort pod, nothing else, and on no other pod.
+		// It may write a reclaim notice (annotation and condition), and the
+		// first refusal of its eviction (a condition), on a best-effort pod,
+		// nothing else, and on no other pod.
 		bestEffort, err := cp.client.CoreV1().Pods("vap-tenant").Create(ctx, offPool(pod("vap-tenant", api.PriorityClassBestEffort, "", 30)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -401,6 +402,7 @@ func TestInstall(t *testing.T) {
 		}
 		notice := `{"metadata":{"annotations":{"gleaner.dev/reclaim-notice":"2026-11-30T12:00:00Z"}}}`
 		condition := `{"status":{"conditions":[{"type":"gleaner.dev/ReclaimNotice","status":"True","reason":"GleanerReclaimNotice","message":"m"}]}}`
+		refused := `{"status":{"conditions":[{"type":"gleaner.dev/EvictionRefused","status":"True","reason":"DisruptionBudget","message":"m","lastTransitionTime":"2026-11-30T12:00:00Z"}]}}`
 		for _, tt := range []struct {
 			name, pod, body, subresource string
 			patchType                    types.PatchType
@@ -408,10 +410,11 @@ func TestInstall(t *testing.T) {
 		}{
 			{"the notice on a best-effort pod", bestEffort.Name, notice, "", types.MergePatchType, ""},
 			{"the notice condition on a best-effort pod", bestEffort.Name, condition, "status", types.StrategicMergePatchType, ""},
+			{"the first refusal of its eviction on a best-effort pod", bestEffort.Name, refused, "status", types.StrategicMergePatchType, ""},
 			{"another annotation", bestEffort.Name, `{"metadata":{"annotations":{"team":"mine"}}}`, "", types.MergePatchType, "changes only a pod's gleaner.dev/reclaim-notice annotation"},
 			{"a label", bestEffort.Name, `{"metadata":{"labels":{"team":"mine"}}}`, "", types.MergePatchType, "changes only a pod's gleaner.dev/reclaim-notice annotation"},
-			{"another condition", bestEffort.Name, `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, "status", types.StrategicMergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice condition"},
-			{"the phase", bestEffort.Name, `{"status":{"phase":"Failed"}}`, "status", types.MergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice condition"},
+			{"another condition", bestEffort.Name, `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, "status", types.StrategicMergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice and gleaner.dev/EvictionRefused conditions"},
+			{"the phase", bestEffort.Name, `{"status":{"phase":"Failed"}}`, "status", types.MergePatchType, "changes only a pod's gleaner.dev/ReclaimNotice and gleaner.dev/EvictionRefused conditions"},
 			{"the notice on a pod that is not best-effort", ordinary.Name, notice, "", types.MergePatchType, "best-effort pods only"},
 		} {
 			var subresources []string

@@ -5,6 +5,7 @@ package evict
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
@@ -32,9 +34,12 @@ const callTimeout = 10 * time.Second
 // pods first. But a budget is the tenant's to write: one that never allows a
 // disruption (maxUnavailable: 0) would shield its pods forever and push every
 // reclaim onto other tenants' pods, or leave inference waiting. So a pod whose
-// evictions have been refused, without a break, for PDBWait is deleted
-// directly, with its capped grace period, bypassing the budget, and an Event
-// says so. A run of refusals is reported once, not every round.
+// evictions a budget first refused PDBWait ago or more is deleted directly,
+// with its capped grace period, bypassing the budget, and an Event says so.
+// The wait is the pod's, once: rounds that do not try the pod (others were
+// taken in its place) do not start it again, and the first refusal is kept
+// on the pod as the condition api.ConditionEvictionRefused, so a restarted
+// controller goes on counting from it. The refusal is reported once.
 type Evictor struct {
 	Client   kubernetes.Interface
 	Recorder record.EventRecorder
@@ -46,7 +51,8 @@ type Evictor struct {
 	Clock   clock.PassiveClock
 
 	mu sync.Mutex
-	// refusals: each pod's current run of refused evictions.
+	// refusals: when a budget first refused each pod's eviction, and whether
+	// that is kept on the pod yet.
 	refusals map[types.UID]refusal
 }
 
@@ -86,6 +92,9 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 		if waited := e.now().Sub(since); waited >= e.pdbWait() {
 			return e.force(ctx, pod, grace, waited, why)
 		}
+		if perr := e.keep(ctx, pod, since); perr != nil {
+			return fmt.Errorf("evicting %s/%s: refused: %w (and keeping when: %v)", pod.Namespace, pod.Name, err, perr)
+		}
 		return fmt.Errorf("evicting %s/%s: refused: %w", pod.Namespace, pod.Name, err)
 	default:
 		return fmt.Errorf("evicting %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -98,17 +107,30 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 const multipleBudgets = "more than one PodDisruptionBudget"
 
 // RefusedByBudget tells whether err is an eviction refused for a
-// PodDisruptionBudget's sake: 429 while a budget allows no disruption, or the
-// API server's status for a pod under two budgets (a 500, or by some versions
-// a Failure body). Either is a tenant's to cause (budgets live in their
-// namespaces), so both count toward PDBWait; a pod two budgets select would
-// otherwise shield its GPUs for ever.
+// PodDisruptionBudget's sake: 429 with a DisruptionBudget cause while a
+// budget allows no disruption, or the API server's status for a pod under two
+// budgets (a 500, or by some versions a Failure body). Either is a tenant's
+// to cause (budgets live in their namespaces), so both count toward PDBWait;
+// a pod two budgets select would otherwise shield its GPUs for ever. A 429
+// without the cause is the API server throttling (priority and fairness, a
+// busy server): no budget refused anything, and the pod's wait is not
+// started or shortened by it.
 func RefusedByBudget(err error) bool {
-	if apierrors.IsTooManyRequests(err) {
-		return true
-	}
 	var status apierrors.APIStatus
-	return errors.As(err, &status) && strings.Contains(status.Status().Message, multipleBudgets)
+	if !errors.As(err, &status) {
+		return false
+	}
+	if apierrors.IsTooManyRequests(err) {
+		if d := status.Status().Details; d != nil {
+			for _, c := range d.Causes {
+				if c.Type == policyv1.DisruptionBudgetCause {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return strings.Contains(status.Status().Message, multipleBudgets)
 }
 
 // force deletes a pod whose evictions were refused for waited, with its
@@ -126,18 +148,22 @@ func (e *Evictor) force(ctx context.Context, pod *v1.Pod, grace int64, waited ti
 }
 
 // refused notes that an eviction of pod was refused now, and returns since
-// when its evictions have been refused without a break (a gap longer than
-// PDBWait between refusals starts the count again: the budget may have
-// allowed a disruption meanwhile) and whether this refusal starts the count.
+// when a budget has refused its evictions (the first refusal this process
+// saw, or an earlier one kept on the pod) and whether this refusal is the
+// first.
 func (e *Evictor) refused(pod *v1.Pod) (since time.Time, first bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
 	r, ok := e.refusals[pod.UID]
-	if !ok || now.Sub(r.last) > e.pdbWait() {
+	if !ok {
+		if at, kept := RefusedSince(pod, now); kept {
+			r, ok = refusal{first: at, kept: true}, true
+		}
+	}
+	if !ok {
 		r, first = refusal{first: now}, true
 	}
-	r.last = now
 	if e.refusals == nil {
 		e.refusals = map[types.UID]refusal{}
 	}
@@ -145,8 +171,60 @@ func (e *Evictor) refused(pod *v1.Pod) (since time.Time, first bool) {
 	return r.first, first
 }
 
-// refusal is a run of refused evictions of one pod.
-type refusal struct{ first, last time.Time }
+// refusal is when a budget first refused a pod's eviction; kept: the pod's
+// condition says so.
+type refusal struct {
+	first time.Time
+	kept  bool
+}
+
+// RefusedSince reads the first refusal kept on pod (its
+// api.ConditionEvictionRefused), if it is one a controller could have
+// written: True, not before the pod was created, not after now. Anything
+// else is ignored, and the wait starts at the next refusal as if nothing had
+// been kept: a time in the future, trusted, would lengthen the wait.
+func RefusedSince(pod *v1.Pod, now time.Time) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type != api.ConditionEvictionRefused {
+			continue
+		}
+		at := c.LastTransitionTime.Time
+		if c.Status != v1.ConditionTrue || at.IsZero() || at.Before(pod.CreationTimestamp.Truncate(time.Second)) || at.After(now) {
+			return time.Time{}, false
+		}
+		return at, true
+	}
+	return time.Time{}, false
+}
+
+// keep writes the pod's first refusal as its api.ConditionEvictionRefused,
+// once.
+func (e *Evictor) keep(ctx context.Context, pod *v1.Pod, since time.Time) error {
+	e.mu.Lock()
+	r, ok := e.refusals[pod.UID]
+	e.mu.Unlock()
+	if !ok || r.kept {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
+		Type: api.ConditionEvictionRefused, Status: v1.ConditionTrue, Reason: "DisruptionBudget",
+		Message:            fmt.Sprintf("A PodDisruptionBudget refused gleaner-controller's eviction; past %v the pod is deleted without the budget's check", e.pdbWait()),
+		LastTransitionTime: metav1.NewTime(since),
+	}}}})
+	if err != nil {
+		return err
+	}
+	if _, err := e.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	e.mu.Lock()
+	if r, ok := e.refusals[pod.UID]; ok {
+		r.kept = true
+		e.refusals[pod.UID] = r
+	}
+	e.mu.Unlock()
+	return nil
+}
 
 func (e *Evictor) forget(pod *v1.Pod) {
 	e.mu.Lock()

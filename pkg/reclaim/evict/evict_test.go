@@ -82,7 +82,14 @@ func newCluster(t *testing.T, stored []*v1.Pod, refuse, fail []string) *cluster 
 		}
 		switch {
 		case refused[ev.Name]:
-			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+			// As pkg/registry/core/pod/storage/eviction.go answers.
+			err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+			err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause,
+				Message: "The disruption budget never needs 1 healthy pods and has 1 currently"})
+			return true, nil, err
+		case strings.HasPrefix(ev.Name, "throttled"):
+			// The API server's priority and fairness, or a busy server: no budget.
+			return true, nil, apierrors.NewTooManyRequests("Too many requests, please try again later.", 1)
 		case failed[ev.Name]:
 			return true, nil, apierrors.NewInternalError(errors.New("etcd is sad"))
 		case strings.HasPrefix(ev.Name, "twice-"):
@@ -422,27 +429,92 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 	}
 }
 
-// A break in the refusals longer than the wait starts the count again: the
-// budget may have allowed disruptions meanwhile, so an old refusal is no
-// reason to skip the Eviction API now.
-func TestEvictCountsOnlyUnbrokenRefusals(t *testing.T) {
+// The wait is the pod's, once: refusals that stop for a while (others were
+// taken in the pod's place, or nothing was owed) do not start it again, or a
+// budget that never allows a disruption would shield its pod for ever while
+// other tenants' pods went instead.
+func TestEvictBoundsTheWaitAcrossBreaks(t *testing.T) {
 	p := pod("shielded", now, "")
 	p.UID = "uid-shielded"
 	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
 	clk := clocktesting.NewFakePassiveClock(now)
 	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
-	for _, at := range []time.Duration{0, 10 * time.Minute, 11 * time.Minute} {
-		clk.SetTime(now.Add(at))
-		if err := c.evictor.Evict(context.Background(), p, "test"); !apierrors.IsTooManyRequests(err) {
-			t.Fatalf("at %v: %v, want refused (the refusals of this run began at 10m)", at, err)
+	if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+		t.Fatalf("%v, want refused", err)
+	}
+	clk.SetTime(now.Add(10 * time.Minute))
+	if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
+		t.Fatalf("10 minutes after the first refusal: %v, want the pod deleted", err)
+	}
+	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + reclaim.ReasonReclaimBlocked, "ml/shielded " + reclaim.ReasonReclaimForced}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
+// The first refusal is kept on the pod: a controller that restarts (a new
+// Evictor) counts from it, and deletes the pod once PDBWait has passed since
+// then, not PDBWait after its own first look. A record the controller could
+// not have written (in the future, before the pod was created, not True)
+// starts the wait afresh.
+func TestEvictKeepsTheWaitAcrossRestarts(t *testing.T) {
+	p := pod("shielded", now, "")
+	p.UID = "uid-shielded"
+	p.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
+	clk := clocktesting.NewFakePassiveClock(now)
+	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
+	if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+		t.Fatalf("%v, want refused", err)
+	}
+	stored, err := c.client.CoreV1().Pods("ml").Get(context.Background(), "shielded", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := RefusedSince(stored, now); !ok || !at.Equal(now) {
+		t.Fatalf("kept refusal %v %v, want %v", at, ok, now)
+	}
+	restarted := func() *Evictor {
+		return &Evictor{Client: c.client, Recorder: c.recorder, Clock: clk, PDBWait: 2 * time.Minute}
+	}
+	clk.SetTime(now.Add(2 * time.Minute))
+	if err := restarted().Evict(context.Background(), stored, "test"); err != nil {
+		t.Fatalf("a restarted controller, 2 minutes after the first refusal: %v, want the pod deleted", err)
+	}
+	for name, cond := range map[string]v1.PodCondition{
+		"in the future":          {Type: api.ConditionEvictionRefused, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(time.Hour))},
+		"before the pod existed": {Type: api.ConditionEvictionRefused, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+		"not true":               {Type: api.ConditionEvictionRefused, Status: v1.ConditionFalse, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
+	} {
+		forged := stored.DeepCopy()
+		forged.Status.Conditions = []v1.PodCondition{cond}
+		if _, ok := RefusedSince(forged, now.Add(2*time.Minute)); ok {
+			t.Errorf("a refusal %s is trusted", name)
 		}
 	}
-	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + reclaim.ReasonReclaimBlocked, "ml/shielded " + reclaim.ReasonReclaimBlocked}) {
-		t.Fatalf("events %v: each run of refusals is reported once", got)
+}
+
+// A 429 without a DisruptionBudget cause is the API server throttling: it
+// is an error, but no budget's refusal, and does not count toward the wait.
+func TestEvictThrottlingIsNoRefusal(t *testing.T) {
+	p := pod("throttled", now, "")
+	p.UID = "uid-throttled"
+	c := newCluster(t, []*v1.Pod{p}, nil, nil)
+	clk := clocktesting.NewFakePassiveClock(now)
+	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
+	for _, at := range []time.Duration{0, 3 * time.Minute} {
+		clk.SetTime(now.Add(at))
+		err := c.evictor.Evict(context.Background(), p, "test")
+		if err == nil || RefusedByBudget(err) {
+			t.Fatalf("at %v: %v, want an error that is no budget's refusal", at, err)
+		}
 	}
-	clk.SetTime(now.Add(12 * time.Minute))
-	if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
-		t.Fatalf("2 minutes into an unbroken run: %v, want the pod deleted", err)
+	if got := c.recorder.on; len(got) != 0 {
+		t.Fatalf("events %v for throttling", got)
+	}
+	for _, a := range c.client.Actions() {
+		if a.GetVerb() == "delete" || a.GetSubresource() == "status" {
+			t.Fatalf("%s %s/%s after throttling: no budget refused anything", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
 	}
 }
 
