@@ -584,7 +584,7 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 	// Verdicts and evictions in the order inference needs them (writes.go).
 	less, more := splitVerdicts(nodes, d)
 	done, verdictErrs, evictErrs := c.reclaimOwed(ctx, byName, d)
-	c.recordEvictions(ctx, now, d, done)
+	c.recordEvictions(now, d, done)
 	stillOwed(ctx, d, done)
 	errs := append(verdictErrs, evictErrs...)
 	errs = append(errs, c.capTerminations(ctx, o)...)

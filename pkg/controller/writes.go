@@ -138,6 +138,9 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			}
 			mu.Unlock()
 			countEviction(err)
+			if err == nil {
+				logEviction(ctx, m, o)
+			}
 		}
 		return nil
 	})
@@ -170,6 +173,7 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 		err := c.evictor.Evict(ctx, m.Pod, o.Why)
 		countEviction(err)
 		if err == nil {
+			logEviction(ctx, m, o)
 			done = append(done, eviction{m, o})
 		}
 		return err
@@ -201,12 +205,15 @@ func countEviction(err error) {
 	}
 }
 
-// recordEvictions logs, counts and books the evictions made.
-func (c *Controller) recordEvictions(ctx context.Context, now time.Time, d round.Decision, done []eviction) {
-	logger := klog.FromContext(ctx)
+// logEviction logs an eviction as it is made.
+func logEviction(ctx context.Context, m reclaim.Candidate, o reclaim.Owed) {
+	klog.FromContext(ctx).Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
+}
+
+// recordEvictions counts and books the evictions made.
+func (c *Controller) recordEvictions(now time.Time, d round.Decision, done []eviction) {
 	for _, e := range done {
 		m, o := e.pod, e.owed
-		logger.Info("Reclaimed GPUs", "pod", klog.KObj(m.Pod), "node", o.Node, "why", o.Why)
 		switch w, warned := d.Warned[m.Pod.UID]; {
 		case !warned:
 			unwarnedEvictions.WithLabelValues("unforeseen").Inc()
