@@ -150,13 +150,10 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 	// Again for what is still owed, without the pods gone and the units
 	// refused; one at a time, as refusals are rare.
 	gone := map[types.UID]bool{}
-	freed := map[string]int64{}
 	for _, e := range done {
 		gone[e.pod.Pod.UID] = true
-		if e.pod.Pod.Spec.NodeName == e.owed.Node {
-			freed[e.owed.Node] += e.pod.GPUs
-		}
 	}
+	freed := freedOn(done)
 	var again []reclaim.Owed
 	for _, o := range d.Reclaims {
 		if left := o.GPUs - freed[o.Node]; left > 0 && !blocked[o.Node] {
@@ -228,14 +225,20 @@ func (c *Controller) recordEvictions(now time.Time, d round.Decision, done []evi
 	}
 }
 
-// stillOwed logs what the evictions made did not cover.
-func stillOwed(ctx context.Context, d round.Decision, done []eviction) {
+// freedOn is the GPUs the evictions made free on each node they were owed by.
+func freedOn(done []eviction) map[string]int64 {
 	freed := map[string]int64{}
 	for _, e := range done {
 		if e.pod.Pod.Spec.NodeName == e.owed.Node {
 			freed[e.owed.Node] += e.pod.GPUs
 		}
 	}
+	return freed
+}
+
+// stillOwed logs what the evictions made did not cover.
+func stillOwed(ctx context.Context, d round.Decision, done []eviction) {
+	freed := freedOn(done)
 	for _, o := range d.Reclaims {
 		var terminating int64
 		for _, m := range d.Candidates {
