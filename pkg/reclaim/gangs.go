@@ -298,10 +298,22 @@ type Owed struct {
 // always succeeds.
 func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error) (evicted []Candidate, stillOwed []Owed, errs []error) {
 	gone := map[*v1.Pod]bool{}
+	// Each node looks only at the pods on it and at gang members anywhere
+	// (a lone pod elsewhere frees nothing there), in the candidates' order:
+	// a fleet has thousands of nodes owing and tens of thousands of pods.
+	onNode := map[string][]int{}
+	var inGangs []int
+	for i, c := range candidates {
+		onNode[c.Pod.Spec.NodeName] = append(onNode[c.Pod.Spec.NodeName], i)
+		if c.Pod.Labels[api.LabelPodGroup] != "" {
+			inGangs = append(inGangs, i)
+		}
+	}
 	for _, o := range owed {
 		left := o.GPUs
 		var live []Candidate
-		for _, c := range candidates {
+		for _, i := range mergeIndices(onNode[o.Node], inGangs) {
+			c := candidates[i]
 			switch {
 			case c.Pod.DeletionTimestamp == nil && !gone[c.Pod]:
 				// Only a unit with a member on the node can free GPUs there:
@@ -356,4 +368,23 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 		}
 	}
 	return evicted, stillOwed, errs
+}
+
+// mergeIndices merges two ascending index lists into one, each index once.
+func mergeIndices(a, b []int) []int {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]int, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		switch {
+		case len(b) == 0 || (len(a) > 0 && a[0] < b[0]):
+			out, a = append(out, a[0]), a[1:]
+		case len(a) == 0 || b[0] < a[0]:
+			out, b = append(out, b[0]), b[1:]
+		default: // the same index in both
+			out, a, b = append(out, a[0]), a[1:], b[1:]
+		}
+	}
+	return out
 }
