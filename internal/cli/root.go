@@ -62,7 +62,7 @@ publishes (GPUPool, HarvestReport) with your own kubeconfig and rights.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o), newConsoleCommand(o))
+	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o), newConsoleCommand(o), newPauseCommand(o), newResumeCommand(o))
 	return root
 }
 

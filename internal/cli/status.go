@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 )
 
@@ -111,6 +112,17 @@ func (s *statusOptions) printPool(w io.Writer, pool *v1alpha1.GPUPool) {
 		planning = "NOT planning: nothing new is lent"
 	}
 	fmt.Fprintf(w, "Pool %s: %s, observed %s ago\n", pool.Name, planning, s.age(&st.ObservedTime))
+	if st.LendingStopped != "" {
+		line := "Lending stopped by the cluster admin (" + st.LendingStopped + ")"
+		if st.LendingStoppedReason != "" {
+			line += ": " + st.LendingStoppedReason
+		}
+		line += ". Nothing new is lent"
+		if st.LendingStopped == string(api.StopHoldAndDrain) {
+			line += ", and every lent GPU is being taken back"
+		}
+		fmt.Fprintln(w, line+".")
+	}
 	fmt.Fprintf(w, "  Nodes  %d open, %d draining, %d closed\n", st.Nodes.Open, st.Nodes.Draining, st.Nodes.Closed)
 	g := st.GPUs
 	fmt.Fprintf(w, "  GPUs   %d in all: %d serving, %d lent, %d headroom, %d idle; %d lendable\n", g.Total, g.Serving, g.Lent, g.Headroom, g.Idle, g.Lendable)

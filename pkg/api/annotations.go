@@ -61,3 +61,17 @@ func annotationPatch(key string, value any) []byte {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
 	return patch
 }
+
+// Truncate shortens s to at most n bytes, ending it with "…" when cut, without
+// splitting a character: for text from outside (tenants, admins) kept in
+// bounded fields.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}

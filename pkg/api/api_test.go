@@ -1,8 +1,10 @@
 package api
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,5 +25,35 @@ func TestCheckpointInterval(t *testing.T) {
 	}
 	if _, ok := CheckpointInterval(&v1.Pod{}); ok {
 		t.Error("a pod without the annotation declares an interval")
+	}
+}
+
+func TestReadStop(t *testing.T) {
+	long := strings.Repeat("é", 200)
+	for _, tt := range []struct {
+		name        string
+		annotations map[string]string
+		want        Stop
+	}{
+		{"no annotations", nil, Stop{}},
+		{"a reason alone stops nothing", map[string]string{AnnotationStopLendingReason: "x"}, Stop{}},
+		{"hold", map[string]string{AnnotationStopLending: "Hold", AnnotationStopLendingReason: "upgrade"}, Stop{Mode: StopHold, Reason: "upgrade"}},
+		{"drain", map[string]string{AnnotationStopLending: "HoldAndDrain"}, Stop{Mode: StopHoldAndDrain}},
+		{"empty value holds", map[string]string{AnnotationStopLending: ""}, Stop{Mode: StopHold, Problem: `value "" is neither Hold nor HoldAndDrain, so it holds`}},
+		{"misspelt drain holds, it does not drain", map[string]string{AnnotationStopLending: "drain"}, Stop{Mode: StopHold, Problem: `value "drain" is neither Hold nor HoldAndDrain, so it holds`}},
+		{"a long reason is cut", map[string]string{AnnotationStopLending: "Hold", AnnotationStopLendingReason: long}, Stop{Mode: StopHold, Reason: Truncate(long, MaxStopReason)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ReadStop(tt.annotations)
+			if got != tt.want {
+				t.Fatalf("ReadStop = %+v, want %+v", got, tt.want)
+			}
+			if len(got.Reason) > MaxStopReason || !utf8.ValidString(got.Reason) {
+				t.Fatalf("reason of %d bytes, valid UTF-8 %v", len(got.Reason), utf8.ValidString(got.Reason))
+			}
+			if got.Stopped() != (tt.want.Mode != LendingOn) || got.Drain() != (tt.want.Mode == StopHoldAndDrain) {
+				t.Fatalf("Stopped %v Drain %v for %+v", got.Stopped(), got.Drain(), got)
+			}
+		})
 	}
 }

@@ -414,10 +414,12 @@ func (c *Controller) sync(ctx context.Context) error {
 	now := c.cfg.Clock.Now()
 	cpuStart, cpuOK := threadCPU()
 	wallStart := time.Now()
+	stop := c.heartbeat.readStop(ctx)
 	o, err := c.observe(ctx, now)
 	if err != nil {
 		return err
 	}
+	o.stop, o.Drain = stop, stop.Drain()
 	c.account(now, o.pods, o.Nodes)
 	d := c.planner.Plan(o.Observation)
 	c.observePlan(now, o.Nodes, d)
@@ -451,6 +453,8 @@ type observed struct {
 	pods  []*v1.Pod
 	// problems are each service's annotation problems.
 	problems map[string][]string
+	// stop is the admin's kill switch (api.ReadStop).
+	stop api.Stop
 }
 
 // observe turns the listers and the metrics informer's snapshot into the

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -32,6 +34,9 @@ type heartbeat struct {
 	// timeout is written as the Lease's duration: how long after a round the
 	// scheduler may still lend on it, and the bound /readyz holds rounds to.
 	timeout time.Duration
+
+	// stop is the admin's kill switch as last read (readStop).
+	stop api.Stop
 
 	mu sync.Mutex
 	// planning: when this process started planning (zero: it does not plan,
@@ -86,6 +91,35 @@ func (h *heartbeat) write(ctx context.Context, holder string, now time.Time) err
 		return fmt.Errorf("renewing heartbeat lease %s/%s: %w", h.ns, h.name, err)
 	}
 	return nil
+}
+
+// readStop reads the cluster admin's kill switch off the Lease
+// (api.ReadStop): the scheduler enforces a stop on its own, as soon as it
+// sees it; the controller drains for HoldAndDrain and reports it. While the
+// Lease cannot be read, the switch last read holds.
+func (h *heartbeat) readStop(ctx context.Context) api.Stop {
+	lease, err := h.client.CoordinationV1().Leases(h.ns).Get(ctx, h.name, metav1.GetOptions{})
+	stop := h.stop
+	switch {
+	case apierrors.IsNotFound(err):
+		stop = api.Stop{}
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Reading the kill switch: the one last read holds", "lease", klog.KRef(h.ns, h.name), "stop", stop.Mode)
+	default:
+		stop = api.ReadStop(lease.Annotations)
+	}
+	if stop != h.stop {
+		if stop.Stopped() {
+			klog.FromContext(ctx).Info("The cluster admin stopped lending", "mode", stop.Mode, "reason", stop.Reason, "problem", stop.Problem)
+		} else {
+			klog.FromContext(ctx).Info("The cluster admin let lending resume")
+		}
+	}
+	h.stop = stop
+	for _, m := range []api.StopLending{api.StopHold, api.StopHoldAndDrain} {
+		lendingStopped.WithLabelValues(string(m)).Set(b2f(stop.Mode == m))
+	}
+	return stop
 }
 
 // age is how long this process has planned without completing a round; zero

@@ -106,6 +106,11 @@ var (
 		Help:           "1 while the controller's watch of a resource (nodes, pods) has not reached a version the API server was at longer ago than the bound: it does not renew the heartbeat.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	lendingStopped = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "lending_stopped",
+		Help:           "1 while the cluster admin's kill switch (annotation gleaner.dev/stop-lending on the heartbeat Lease) is set to this mode (Hold: nothing new is lent; HoldAndDrain: and every lent GPU is taken back), as the controller last read it.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"mode"})
 	roundAge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "controller_round_age_seconds",
 		Help:           "Seconds since this process, while planning, last completed a round that published every verdict (since it started planning, before the first); 0 when it does not plan.",
@@ -124,7 +129,7 @@ var (
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, noticeLead, unwarnedEvictions, lostWorkGPUSeconds,
-		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, planDuration, planCPUSeconds, syncErrors, lastRound, roundAge, watchStalled,
+		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, planDuration, planCPUSeconds, syncErrors, lastRound, roundAge, watchStalled, lendingStopped,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}
 )
@@ -138,4 +143,12 @@ func RegisterMetrics() {
 		}
 		vllm.RegisterMetrics()
 	})
+}
+
+// b2f is 1 for true, 0 for false: a gauge that says yes or no.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -168,6 +168,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time, o observed, d ro
 	}
 	var errs []error
 	pool := status.Pool(now, o.Nodes, d.Plan, planning)
+	pool.LendingStopped, pool.LendingStoppedReason = string(o.stop.Mode), o.stop.Reason
 	p.history.Add(now, pool.GPUs)
 	if p.outlook == nil || now.Sub(p.outlookAt) >= outlookEvery {
 		p.outlook, p.outlookAt = outlookOf(planner.Outlook(d, OutlookSpan, OutlookStep)), now

@@ -433,26 +433,13 @@ func (l *Ledger) jobOf(p *v1.Pod) (*namespace, *job) {
 // event appends to a job's timeline, keeping the first keptFirst events and
 // the latest, MaxEvents in all.
 func (l *Ledger) event(n *namespace, j *job, e v1alpha1.JobEvent) {
-	e.Message = truncate(e.Message, v1alpha1.MaxMessage)
+	e.Message = api.Truncate(e.Message, v1alpha1.MaxMessage)
 	j.Timeline = append(j.Timeline, e)
 	if len(j.Timeline) > v1alpha1.MaxEvents {
 		j.Timeline = slices.Delete(j.Timeline, keptFirst, keptFirst+len(j.Timeline)-v1alpha1.MaxEvents)
 	}
 	n.changed = true
 }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8Start(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // trimJobs keeps a namespace's MaxJobs newest jobs, dropping finished ones
 // first.

@@ -42,6 +42,9 @@ type Observation struct {
 	// result must hold every best-effort pod on them (terminating ones too) and
 	// every member of a gang that has a member on them.
 	BestEffort func(owing map[string]bool) []reclaim.Candidate
+	// Drain: the admin stopped lending and wants every lent GPU back
+	// (api.StopHoldAndDrain): every node is closed and owes all it lent.
+	Drain bool
 }
 
 // Service is one inference service as observed.
@@ -215,6 +218,10 @@ func (p *Planner) Plan(obs Observation) Decision {
 		lead = leadPlan{soonHeadroom, soonPlan}
 		warn = p.warnPlan(v, warn)
 	}
+	if obs.Drain {
+		d.Plan = harvest.Drain(obs.Nodes, d.Plan)
+		warn = d.Plan // owed now: nothing is left to give notice of
+	}
 	p.reclaim(obs, v, &d, warn, lead)
 	d.Availability = p.availabilityOf(v, d.Plan)
 	d.Scale = p.scale(obs, v)
@@ -251,7 +258,10 @@ func (p *Planner) reclaim(obs Observation, v *view, d *Decision, warn harvest.Pl
 		d.Candidates = obs.BestEffort(owing)
 		p.markPrepared(d.Candidates)
 		d.Victims = victims(d.Reclaims, d.Candidates)
-		held := p.holdNoticed(v, d)
+		var held []Notice
+		if !obs.Drain { // a drain takes noticed pods too, now
+			held = p.holdNoticed(v, d)
+		}
 		for _, vic := range d.Victims {
 			if g, ok := p.given[vic.Pod.UID]; ok {
 				if d.Warned == nil {

@@ -202,6 +202,50 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	}
 }
 
+// The admin's HoldAndDrain closes every node and takes every lent GPU back
+// at once: on an idle node, on a cordoned one, and a pod held to its notice's
+// time too.
+func TestDrainTakesEveryLentGPUBack(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 6},
+		{Name: "n3", InPool: true, Schedulable: false, AllocatableGPUs: 8, LentGPUs: 2},
+		{Name: "n4", InPool: true, Schedulable: true, AllocatableGPUs: 2},
+	}
+	jobs := []reclaim.Candidate{job("train", "n1", 4, time.Hour), job("idle-node", "n2", 6, time.Hour), job("cordoned", "n3", 2, time.Hour)}
+	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	plan := func(at time.Time, load float64, drain bool) Decision {
+		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4, "n2": 8, "n4": 2}, Drain: drain,
+			Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+			BestEffort: func(map[string]bool) []reclaim.Candidate { return jobs }})
+	}
+	// As in TestPlanEvictsJustInTimeAfterANotice: train is noticed, not evicted.
+	var d Decision
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load, false)
+	}
+	if len(d.Notices) != 1 || len(d.Victims) != 0 || d.Plan.Nodes["n2"].State != api.HarvestOpen {
+		t.Fatalf("before the drain: notices %+v, victims %v, n2 %+v; want train noticed, nothing evicted, n2 open", d.Notices, names(d.Victims), d.Plan.Nodes["n2"])
+	}
+	d = plan(t0.Add(5*time.Minute), 12, true)
+	if got, want := names(d.Victims), []string{"cordoned", "idle-node", "train"}; !reflect.DeepEqual(slices.Sorted(slices.Values(got)), want) {
+		t.Fatalf("victims %v, want every lent pod %v", got, want)
+	}
+	if len(d.Notices) != 0 {
+		t.Errorf("notices %+v during a drain, want none: every pod goes now", d.Notices)
+	}
+	for _, n := range nodes {
+		np := d.Plan.Nodes[n.Name]
+		wantState := api.HarvestClosed
+		if n.LentGPUs > 0 {
+			wantState = api.HarvestDraining
+		}
+		if np.HarvestableGPUs != 0 || np.ReclaimGPUs != n.LentGPUs || np.State != wantState {
+			t.Errorf("%s: %+v, want %s, nothing harvestable, all %d lent GPUs owed", n.Name, np, wantState, n.LentGPUs)
+		}
+	}
+}
+
 // A notice's time found to have moved by less than the step it is found to
 // (a minute here) stays as given: the time the pod was told is the time that
 // holds it.

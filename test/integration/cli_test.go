@@ -253,6 +253,8 @@ func TestKubectlGleaner(t *testing.T) {
 		}{
 			{[]string{"status", "--as", "bob"}, "you may not read the HarvestReport of namespace default"},
 			{[]string{"jobs", "-n", researchNS, "--as", "bob"}, "you may not read the HarvestReport of namespace research"},
+			{[]string{"pause", "--as", "bob"}, "you may not patch Lease gleaner-system/gleaner-controller-heartbeat: the kill switch is the cluster admin's"},
+			{[]string{"pause", "--reason", strings.Repeat("x", 300)}, "--reason is 300 bytes: at most 256"},
 			{[]string{"describe", "nothing-like-it", "-n", researchNS}, `no best-effort job "nothing-like-it" in namespace research`},
 			{[]string{"jobs", "-o", "table"}, `--output "table": want json, yaml or wide`},
 			{[]string{"status", "--server", "https://127.0.0.1:1"}, "cannot reach the cluster at https://127.0.0.1:1"},

@@ -63,6 +63,11 @@ type GPUPoolStatus struct {
 	// Planning is true while the controller plans every round and publishes
 	// every verdict: false, nothing new is lent.
 	Planning bool `json:"planning"`
+	// LendingStopped is the cluster admin's kill switch as the controller
+	// last read it (api.StopHold or api.StopHoldAndDrain; empty: lending on),
+	// and LendingStoppedReason the admin's word for it.
+	LendingStopped       string `json:"lendingStopped,omitempty"`
+	LendingStoppedReason string `json:"lendingStoppedReason,omitempty"`
 	// Nodes counts the pool's nodes by verdict.
 	Nodes NodeCounts `json:"nodes"`
 	// GPUs counts the pool's GPUs by state.

@@ -5,6 +5,7 @@ package gpuharvest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ const (
 	ErrReasonBadVerdict      = "node(s) had an unreadable harvest verdict"
 	ErrReasonNotEnoughGPUs   = "node(s) didn't have enough harvestable GPUs"
 	ErrReasonHeartbeatStale  = "gleaner-controller heartbeat is stale, so no GPUs are lent"
+	ErrReasonLendingStopped  = "the cluster admin stopped all lending"
 	ErrReasonNewNode         = "node(s) joined after gleaner-controller's last planning round"
 	priorityFragmentKey      = "v1.Pod.Spec.Priority"
 	bestEffortGPUFragmentKey = "gleaner.dev/BestEffortGPUs()"
@@ -235,13 +237,14 @@ func nodeVerdict(node *v1.Node) (harvest.Verdict, error) {
 // rejectionCounters are resolved once, after registration (an unregistered
 // vector hands out no-op counters): Filter runs for every node of every pod.
 type rejectionCounters struct {
-	heartbeat, notOpen, badVerdict, notEnough, newNode metrics.CounterMetric
+	heartbeat, stopped, notOpen, badVerdict, notEnough, newNode metrics.CounterMetric
 }
 
 func newRejectionCounters() rejectionCounters {
 	c := pluginmetrics.FilterRejections
 	return rejectionCounters{
 		heartbeat:  c.WithLabelValues(pluginmetrics.ReasonHeartbeatStale),
+		stopped:    c.WithLabelValues(pluginmetrics.ReasonLendingStopped),
 		notOpen:    c.WithLabelValues(pluginmetrics.ReasonNotOpen),
 		badVerdict: c.WithLabelValues(pluginmetrics.ReasonBadVerdict),
 		notEnough:  c.WithLabelValues(pluginmetrics.ReasonNotEnoughGPUs),
@@ -324,8 +327,13 @@ func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	if err := pl.heartbeat.check(pl.clock.Now()); err != nil {
-		klog.FromContext(ctx).V(4).Info("Heartbeat stale, nothing is lent", "pod", klog.KObj(pod), "reason", err)
 		pluginmetrics.HeartbeatFresh.Set(0)
+		if stopped := (stoppedError{}); errors.As(err, &stopped) {
+			klog.FromContext(ctx).V(4).Info("Lending stopped by the admin, nothing is lent", "pod", klog.KObj(pod), "reason", err)
+			pl.rejected.stopped.Inc()
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonLendingStopped+": "+err.Error())
+		}
+		klog.FromContext(ctx).V(4).Info("Heartbeat stale, nothing is lent", "pod", klog.KObj(pod), "reason", err)
 		pl.rejected.heartbeat.Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale+": "+err.Error())
 	}

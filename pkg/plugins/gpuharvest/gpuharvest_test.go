@@ -37,6 +37,15 @@ func lease(renewedAgo time.Duration, durationSeconds int32) *coordinationv1.Leas
 	return l
 }
 
+// stopped is l with the admin's kill switch set to mode (and reason when not empty).
+func stopped(l *coordinationv1.Lease, mode, reason string) *coordinationv1.Lease {
+	l.Annotations = map[string]string{api.AnnotationStopLending: mode}
+	if reason != "" {
+		l.Annotations[api.AnnotationStopLendingReason] = reason
+	}
+	return l
+}
+
 // newPlugin builds the plugin around a lease lister fed from an indexer: the
 // real lister code, without an API server.
 func newPlugin(t *testing.T, l *coordinationv1.Lease) *GPUHarvest {
@@ -259,6 +268,10 @@ func TestPreFilter(t *testing.T) {
 		{"best-effort pod with a fresh heartbeat", lease(time.Second, 15), bestEffort("train", 4), fwk.Success, ""},
 		{"best-effort pod with a stale heartbeat", lease(time.Minute, 15), bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, ErrReasonHeartbeatStale},
 		{"best-effort pod without a controller lease", nil, bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, "lease"},
+		{"the admin's Hold stops a fresh heartbeat", stopped(lease(time.Second, 15), "Hold", "maintenance"), bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, ErrReasonLendingStopped + ": lending stopped (gleaner.dev/stop-lending=Hold on Lease gleaner-system/gleaner-controller-heartbeat): maintenance"},
+		{"a drain stops it too", stopped(lease(time.Second, 15), "HoldAndDrain", ""), bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, "=HoldAndDrain"},
+		{"a half-written switch holds", stopped(lease(time.Second, 15), "", ""), bestEffort("train", 4), fwk.UnschedulableAndUnresolvable, `value "" is neither Hold nor HoldAndDrain, so it holds`},
+		{"inference pods pass a stop", stopped(lease(time.Second, 15), "HoldAndDrain", ""), inference("vllm", 4), fwk.Skip, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

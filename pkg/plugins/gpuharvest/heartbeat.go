@@ -14,6 +14,8 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
 // heartbeat judges gleaner-controller's heartbeat Lease, which the controller
@@ -22,6 +24,10 @@ import (
 // Lease: fresh only while a renewal (a new holder or renew time) was seen
 // within the timeout. The times the controller writes are never compared with
 // this clock, so skew between the two machines moves nothing.
+//
+// An admin stops all lending by annotating the Lease (api.ReadStop): the
+// informer delivers it within a watch event, so nothing more is placed from
+// then on, whatever the controller is doing.
 //
 // Fail closed: the first sight of the Lease (at start, or when it is created)
 // is not a renewal, so a scheduler that starts beside a dead controller lends
@@ -126,8 +132,17 @@ func (h *heartbeat) check(now time.Time) error {
 	return h.judge(lease, now)
 }
 
-// judge says whether lease, last seen renewed at seenAt, is fresh at now.
+// stoppedError is a heartbeat an admin stopped lending on (api.ReadStop).
+type stoppedError struct{ stop api.Stop }
+
+func (e stoppedError) Error() string { return e.stop.String() }
+
+// judge says whether lease, last seen renewed at seenAt, is fresh at now. A
+// Lease carrying the kill switch lends nothing, however fresh.
 func (h *heartbeat) judge(lease *coordinationv1.Lease, now time.Time) error {
+	if stop := api.ReadStop(lease.Annotations); stop.Stopped() {
+		return stoppedError{stop}
+	}
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		return fmt.Errorf("lease %s/%s was released: no controller is planning", lease.Namespace, lease.Name)
 	}

@@ -13,6 +13,7 @@ import (
 // Values of the reason label of FilterRejections.
 const (
 	ReasonHeartbeatStale = "heartbeat_stale"
+	ReasonLendingStopped = "lending_stopped"
 	ReasonNotOpen        = "not_open"
 	ReasonBadVerdict     = "bad_verdict"
 	ReasonNotEnoughGPUs  = "not_enough_gpus"
@@ -21,16 +22,16 @@ const (
 
 var (
 	// FilterRejections counts GPUHarvest's rejections: per pod for a stale
-	// heartbeat (PreFilter), per pod and node otherwise.
+	// heartbeat or stopped lending (PreFilter), per pod and node otherwise.
 	FilterRejections = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "gleaner", Subsystem: "scheduler", Name: "harvest_rejections_total",
-		Help:           "Best-effort placements GPUHarvest rejected, by reason: heartbeat_stale (per pod), not_open, bad_verdict, not_enough_gpus, new_node (per pod and node).",
+		Help:           "Best-effort placements GPUHarvest rejected, by reason: heartbeat_stale, lending_stopped (the admin's kill switch) (per pod), not_open, bad_verdict, not_enough_gpus, new_node (per pod and node).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	// HeartbeatFresh is 1 while the controller's Lease is fresh, else 0.
 	HeartbeatFresh = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "gleaner", Subsystem: "scheduler", Name: "controller_heartbeat_fresh",
-		Help:           "1 while gleaner-controller's Lease is fresh (GPUs may be lent), 0 while it is stale or missing (every node counts as closed).",
+		Help:           "1 while gleaner-controller's Lease is fresh (GPUs may be lent), 0 while it is stale, missing or carries the admin's stop-lending switch (every node counts as closed).",
 		StabilityLevel: metrics.ALPHA,
 	})
 	// GangDecisions counts Permit outcomes for pod-group members.
