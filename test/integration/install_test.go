@@ -296,7 +296,7 @@ func TestInstall(t *testing.T) {
 			pod  *v1.Pod
 			deny string // "" for allowed
 		}{
-			{"inference priority in a tenant namespace", offPool(pod("vap-tenant", api.PriorityClassInference, "", 30)), "gleaner-inference is for namespaces the cluster admin labels"},
+			{"inference priority in a tenant namespace", offPool(pod("vap-tenant", api.PriorityClassInference, "", 30)), "gleaner-inference is for namespaces the cluster admin opted in"},
 			{"inference priority where the admin opted in", pod("vap-serving", api.PriorityClassInference, api.SchedulerName, 30), ""},
 			{"inference on the default scheduler, created on a pool node", onNode(pod("vap-serving", api.PriorityClassInference, "", 30), "vap-node"), ""},
 			{"a best-effort pod asking for an hour's grace", pod("vap-tenant", api.PriorityClassBestEffort, api.SchedulerName, 3600), "terminationGracePeriodSeconds is at most 120"},
