@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,5 +167,28 @@ func TestSubmitCheckpointFlags(t *testing.T) {
 		if (c.says == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.says)) {
 			t.Errorf("%+v: %v, want %q", c.s, err, c.says)
 		}
+	}
+}
+
+// A refusal names what the user tried (create, not read) and who grants it.
+func TestRefusedAccessNamesTheVerb(t *testing.T) {
+	c := &clients{namespace: "research"}
+	forbidden := apierrors.NewForbidden(podGroupResource.GroupResource(), "pretrain",
+		errors.New(`User "erin" cannot create resource "podgroups" in API group "scheduling.x-k8s.io" in the namespace "research"`))
+	got := c.explain(forbidden, "create", "PodGroup pretrain in namespace research", podGroupResource).Error()
+	for _, want := range []string{"you may not create PodGroup pretrain in namespace research", "ClusterRole edit", `cannot create resource "podgroups"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "read") {
+		t.Errorf("%q names reading, not creating", got)
+	}
+	pool := apierrors.NewForbidden(v1alpha1.GPUPoolResource.GroupResource(), "inference", errors.New("no"))
+	if got := c.explain(pool, "read", "GPUPool inference", v1alpha1.GPUPoolResource).Error(); !strings.HasPrefix(got, "you may not read GPUPool inference (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)") {
+		t.Errorf("the pool's refusal: %q", got)
+	}
+	if !apierrors.IsForbidden(c.explain(forbidden, "create", "PodGroup pretrain", podGroupResource)) {
+		t.Error("the explained error hides the API error")
 	}
 }
