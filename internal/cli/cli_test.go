@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,7 +19,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
@@ -190,5 +193,63 @@ func TestRefusedAccessNamesTheVerb(t *testing.T) {
 	}
 	if !apierrors.IsForbidden(c.explain(forbidden, "create", "PodGroup pretrain", podGroupResource)) {
 		t.Error("the explained error hides the API error")
+	}
+}
+
+// status --check passes only while the pool is planned, has GPUs and the
+// heartbeat Lease is seen renewed within its duration.
+func TestStatusCheck(t *testing.T) {
+	planned := &v1alpha1.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "inference"}, Status: v1alpha1.GPUPoolStatus{Planning: true, GPUs: v1alpha1.GPUCounts{Total: 8}}}
+	lease := func(holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.HeartbeatLeaseName},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(1)), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+	}
+	for _, tt := range []struct {
+		name    string
+		pool    *v1alpha1.GPUPool
+		poolErr error
+		lease   *coordinationv1.Lease
+		renew   bool
+		want    string
+	}{
+		{"renewed", planned, nil, lease("gleaner-controller-0"), true, ""},
+		{"not renewed", planned, nil, lease("gleaner-controller-0"), false, "did not renew its heartbeat Lease gleaner-system/gleaner-controller-heartbeat within its duration (1s)"},
+		{"released", planned, nil, lease(""), true, "released its heartbeat Lease"},
+		{"no lease", planned, nil, nil, false, "gleaner-controller-heartbeat"},
+		{"not planning", &v1alpha1.GPUPool{ObjectMeta: planned.ObjectMeta, Status: v1alpha1.GPUPoolStatus{GPUs: planned.Status.GPUs}}, nil, lease("a"), true, "not planning"},
+		{"no GPUs", &v1alpha1.GPUPool{ObjectMeta: planned.ObjectMeta, Status: v1alpha1.GPUPoolStatus{Planning: true}}, nil, lease("a"), true, "label the nodes Gleaner may lend gleaner.dev/pool=inference"},
+		{"no pool", nil, errors.New("you may not read GPUPool inference"), lease("a"), true, "check failed: you may not read GPUPool inference"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := kubefake.NewClientset()
+			if tt.lease != nil {
+				if _, err := kube.CoordinationV1().Leases(api.SystemNamespace).Create(context.Background(), tt.lease, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.renew && tt.lease != nil {
+				go func() {
+					for ctx.Err() == nil {
+						time.Sleep(100 * time.Millisecond)
+						l := tt.lease.DeepCopy()
+						l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+						_, _ = kube.CoordinationV1().Leases(api.SystemNamespace).Update(ctx, l, metav1.UpdateOptions{})
+					}
+				}()
+			}
+			var errOut strings.Builder
+			s := &statusOptions{options: &options{streams: genericiooptions.IOStreams{Out: &errOut, ErrOut: &errOut}, now: time.Now}, pool: api.PoolInference}
+			err := s.checkLending(ctx, &clients{kube: kube, namespace: "research"}, tt.pool, tt.poolErr)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("failed: %v", err)
+			case tt.want == "" && !strings.Contains(errOut.String(), "Check passed"):
+				t.Errorf("passed without saying so: %q", errOut.String())
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want an error saying %q", err, tt.want)
+			}
+		})
 	}
 }
