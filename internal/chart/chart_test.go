@@ -200,6 +200,9 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"a price as a number", "status:\n  gpuHourPrice: 2.5\n", []string{"/status/gpuHourPrice", "string"}},
 		{"not a namespace", "console:\n  namespaces: [Research]\n", []string{"/console/namespaces/0"}},
 		{"a namespace twice", "console:\n  namespaces: [research, research]\n", []string{"/console/namespaces"}},
+		{"a pull secret without a name", "imagePullSecrets: [{nme: registry}]\n", []string{"/imagePullSecrets/0"}},
+		{"half a credential", "serviceMonitor:\n  credentials: {name: token}\n", []string{"/serviceMonitor/credentials", "key"}},
+		{"not a priority class", "controller:\n  priorityClassName: Critical\n", []string{"/controller/priorityClassName"}},
 	} {
 		var vals map[string]any
 		if err := yaml.Unmarshal([]byte(tt.values), &vals); err != nil {
@@ -462,7 +465,7 @@ func TestConsoleGuardValues(t *testing.T) {
 // the ServiceMonitors on.
 func TestChartLint(t *testing.T) {
 	for _, vals := range []map[string]any{nil, {"serviceMonitor": map[string]any{"enabled": true}},
-		{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}} {
+		{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}, everything} {
 		l := lint.RunAll(chartDir, vals, Namespace)
 		for _, m := range l.Messages {
 			if m.Severity >= support.WarningSev {
@@ -471,6 +474,170 @@ func TestChartLint(t *testing.T) {
 		}
 		if l.HighestSeverity >= support.WarningSev {
 			t.Errorf("helm lint's highest severity: %d", l.HighestSeverity)
+		}
+	}
+}
+
+// everything switches on every optional part of the chart.
+var everything = map[string]any{
+	"imagePullSecrets": []any{"plain", map[string]any{"name": "listed"}},
+	"console":          map[string]any{"enabled": true, "namespaces": []any{"research"}},
+	"serviceMonitor":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+	"status":           map[string]any{"poolReaders": map[string]any{"groups": []any{"system:authenticated"}}},
+}
+
+// Every object the chart makes carries the recommended
+// labels and Helm's chart label; pod templates too. The Deployments' selectors
+// stay as they were: a selector cannot change on upgrade.
+func TestEveryObjectCarriesTheStandardLabels(t *testing.T) {
+	c, err := RenderChart(chartDir, everything, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, c.YAML())
+	check := func(what string, labels map[string]string) {
+		t.Helper()
+		for k, v := range map[string]string{"helm.sh/chart": "gleaner-0.1.0", "app.kubernetes.io/instance": "gleaner",
+			"app.kubernetes.io/version": "v0.1.0", "app.kubernetes.io/managed-by": "Helm", "app.kubernetes.io/part-of": "gleaner"} {
+			if labels[k] != v {
+				t.Errorf("%s: label %s is %q, want %q", what, k, labels[k], v)
+			}
+		}
+		if labels["app.kubernetes.io/name"] == "" || labels["app.kubernetes.io/component"] == "" {
+			t.Errorf("%s: no name or component label: %v", what, labels)
+		}
+	}
+	crds := 0
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds++ // crds/ are plain files Helm does not render
+			continue
+		}
+		check(key(o), o.GetLabels())
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		name := o.GetName()
+		labels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		check(key(o)+"'s pods", labels)
+		selector, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+		if !maps.Equal(selector, map[string]string{"app.kubernetes.io/name": name}) || labels["app.kubernetes.io/name"] != name {
+			t.Errorf("%s selects %v, its pods are labelled %v: the selector must stay app.kubernetes.io/name=%s", key(o), selector, labels, name)
+		}
+	}
+	if len(objs)-crds < 40 {
+		t.Errorf("only %d objects checked", len(objs)-crds)
+	}
+}
+
+// Each component's pods take podAnnotations (the chart's checksum wins),
+// affinity (replacing the default spread), topologySpreadConstraints and
+// priorityClassName; imagePullSecrets take {name} and plain names.
+func TestPodOverrides(t *testing.T) {
+	zone := map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+	affinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role", "operator": "In", "values": []any{"system"}}}}}}}}
+	c, err := RenderChart(chartDir, map[string]any{
+		"imagePullSecrets": []any{"plain", map[string]any{"name": "listed"}},
+		"scheduler": map[string]any{"podAnnotations": map[string]any{"team": "ml", "checksum/config": "mine"}, "affinity": affinity,
+			"topologySpreadConstraints": []any{zone}, "priorityClassName": ""},
+		"controller": map[string]any{"priorityClassName": "system-node-critical"},
+		"console":    map[string]any{"enabled": true, "namespaces": []any{"research"}, "priorityClassName": "low"},
+	}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	pod := func(name string) map[string]any {
+		spec, _, _ := unstructured.NestedMap(objs["Deployment gleaner-system/"+name].Object, "spec", "template")
+		return spec
+	}
+	s := pod("gleaner-scheduler")
+	if a, _, _ := unstructured.NestedStringMap(s, "metadata", "annotations"); a["team"] != "ml" || a["checksum/config"] == "mine" || len(a["checksum/config"]) != 64 {
+		t.Errorf("the scheduler's pod annotations %v: want team=ml beside the chart's own checksum", a)
+	}
+	if a, _, _ := unstructured.NestedMap(s, "spec", "affinity"); !reflect.DeepEqual(a, affinity) {
+		t.Errorf("the scheduler's affinity %v, want %v", a, affinity)
+	}
+	if tsc, _, _ := unstructured.NestedSlice(s, "spec", "topologySpreadConstraints"); len(tsc) != 1 || !reflect.DeepEqual(tsc[0], zone) {
+		t.Errorf("the scheduler's topologySpreadConstraints %v", tsc)
+	}
+	if pc, found, _ := unstructured.NestedString(s, "spec", "priorityClassName"); found {
+		t.Errorf("the scheduler runs with priorityClassName %q, want none", pc)
+	}
+	ctl := pod("gleaner-controller")
+	if pc, _, _ := unstructured.NestedString(ctl, "spec", "priorityClassName"); pc != "system-node-critical" {
+		t.Errorf("the controller's priority class %q", pc)
+	}
+	// Without an affinity of its own, the controller still spreads its replicas.
+	if term, _, _ := unstructured.NestedSlice(ctl, "spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"); len(term) != 1 {
+		t.Errorf("the controller's default anti-affinity: %v", term)
+	}
+	if pc, _, _ := unstructured.NestedString(pod("gleaner-console"), "spec", "priorityClassName"); pc != "low" {
+		t.Errorf("the console's priority class %q", pc)
+	}
+	for _, name := range []string{"gleaner-scheduler", "gleaner-controller", "gleaner-console"} {
+		secrets, _, _ := unstructured.NestedSlice(pod(name), "spec", "imagePullSecrets")
+		if want := []any{map[string]any{"name": "plain"}, map[string]any{"name": "listed"}}; !reflect.DeepEqual(secrets, want) {
+			t.Errorf("%s's imagePullSecrets %v, want %v", name, secrets, want)
+		}
+	}
+	d, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gleaner-scheduler", "gleaner-controller"} {
+		if pc, _, _ := unstructured.NestedString(byKey(t, d)["Deployment gleaner-system/"+name].Object, "spec", "template", "spec", "priorityClassName"); pc != "system-cluster-critical" {
+			t.Errorf("%s's default priority class %q", name, pc)
+		}
+	}
+}
+
+// The ServiceMonitors carry the labels a Prometheus selects them by, and
+// authenticate with the current authorization field: by default with the
+// token of a ServiceAccount that may get /metrics and nothing else.
+func TestServiceMonitorValues(t *testing.T) {
+	for _, tt := range []struct {
+		credentials map[string]any
+		secret      string
+	}{{nil, "gleaner-metrics-reader-token"}, {map[string]any{"name": "prometheus-token", "key": "jwt"}, "prometheus-token"}} {
+		sm := map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}}
+		if tt.credentials != nil {
+			sm["credentials"] = tt.credentials
+		}
+		c, err := RenderChart(chartDir, map[string]any{"serviceMonitor": sm}, Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := byKey(t, c)
+		for _, name := range []string{"gleaner-scheduler", "gleaner-controller"} {
+			m := objs["ServiceMonitor gleaner-system/"+name]
+			if m == nil {
+				t.Fatalf("no ServiceMonitor %s", name)
+			}
+			if m.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("ServiceMonitor %s's labels %v lack release", name, m.GetLabels())
+			}
+			endpoints, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
+			ep := endpoints[0].(map[string]any)
+			if _, deprecated := ep["bearerTokenFile"]; deprecated {
+				t.Errorf("ServiceMonitor %s uses bearerTokenFile", name)
+			}
+			secret, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+			typ, _, _ := unstructured.NestedString(ep, "authorization", "type")
+			if secret != tt.secret || typ != "Bearer" {
+				t.Errorf("ServiceMonitor %s authorizes with %s %q, want Bearer %q", name, typ, secret, tt.secret)
+			}
+		}
+		reader := objs["ClusterRole /gleaner-metrics-reader"]
+		if (reader != nil) != (tt.credentials == nil) || (objs["Secret gleaner-system/gleaner-metrics-reader-token"] != nil) != (tt.credentials == nil) {
+			t.Errorf("credentials %v: the chart's own reader is made: %v", tt.credentials, reader != nil)
+		}
+		if reader != nil {
+			rules, _, _ := unstructured.NestedSlice(reader.Object, "rules")
+			if !reflect.DeepEqual(rules, []any{map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}}) {
+				t.Errorf("gleaner-metrics-reader may %v", rules)
+			}
 		}
 	}
 }
