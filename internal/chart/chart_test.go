@@ -201,6 +201,9 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"not a namespace", "console:\n  namespaces: [Research]\n", []string{"/console/namespaces/0"}},
 		{"a namespace twice", "console:\n  namespaces: [research, research]\n", []string{"/console/namespaces"}},
 		{"a pull secret without a name", "imagePullSecrets: [{nme: registry}]\n", []string{"/imagePullSecrets/0"}},
+		{"a team without a namespace", "teams: [{groups: [research]}]\n", []string{"/teams/0", "namespace"}},
+		{"not a team namespace", "teams: [{namespace: Research}]\n", []string{"/teams/0/namespace"}},
+		{"a misspelt team key", "teams: [{namespace: research, group: [research]}]\n", []string{"/teams/0", "group"}},
 		{"half a credential", "serviceMonitor:\n  credentials: {name: token}\n", []string{"/serviceMonitor/credentials", "key"}},
 		{"not a priority class", "controller:\n  priorityClassName: Critical\n", []string{"/controller/priorityClassName"}},
 	} {
@@ -234,6 +237,7 @@ func TestChartRefusesInconsistentValues(t *testing.T) {
 		{"best-effort above threshold", map[string]any{"bestEffortPriorityThreshold": -2000}, Namespace, "priorityClasses.bestEffort (-1000) must be below bestEffortPriorityThreshold (-2000)"},
 		{"inference below threshold", map[string]any{"bestEffortPriorityThreshold": 2000000}, Namespace, "priorityClasses.inference (1000000) must not be below"},
 		{"console for no namespace", map[string]any{"console": map[string]any{"enabled": true}}, Namespace, "console.enabled needs console.namespaces"},
+		{"a team twice", map[string]any{"teams": []any{map[string]any{"namespace": "research"}, map[string]any{"namespace": "research", "users": []any{"bob"}}}}, Namespace, "teams: namespace research is listed twice"},
 	} {
 		_, err := RenderChart(chartDir, tt.values, tt.namespace)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -484,6 +488,7 @@ var everything = map[string]any{
 	"console":          map[string]any{"enabled": true, "namespaces": []any{"research"}},
 	"serviceMonitor":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
 	"status":           map[string]any{"poolReaders": map[string]any{"groups": []any{"system:authenticated"}}},
+	"teams":            []any{map[string]any{"namespace": "research", "groups": []any{"research-team"}}},
 }
 
 // Every object the chart makes carries the recommended
@@ -589,6 +594,114 @@ func TestPodOverrides(t *testing.T) {
 	for _, name := range []string{"gleaner-scheduler", "gleaner-controller"} {
 		if pc, _, _ := unstructured.NestedString(byKey(t, d)["Deployment gleaner-system/"+name].Object, "spec", "template", "spec", "priorityClassName"); pc != "system-cluster-critical" {
 			t.Errorf("%s's default priority class %q", name, pc)
+		}
+	}
+}
+
+// PodGroups are in the view, edit and admin roles by aggregation, read-only
+// in view.
+func TestPodGroupRolesAggregate(t *testing.T) {
+	c, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	for name, want := range map[string]struct {
+		into  []string
+		verbs []string
+	}{
+		"gleaner-podgroup-editor": {[]string{"edit", "admin"}, []string{"create", "delete", "deletecollection", "patch", "update", "get", "list", "watch"}},
+		"gleaner-podgroup-viewer": {[]string{"view", "edit", "admin"}, []string{"get", "list", "watch"}},
+	} {
+		role := objs["ClusterRole /"+name]
+		if role == nil {
+			t.Errorf("no ClusterRole %s", name)
+			continue
+		}
+		for _, r := range []string{"view", "edit", "admin"} {
+			if got, want := role.GetLabels()["rbac.authorization.k8s.io/aggregate-to-"+r] == "true", slices.Contains(want.into, r); got != want {
+				t.Errorf("%s aggregates into %s: %v, want %v", name, r, got, want)
+			}
+		}
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		groups, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "apiGroups")
+		verbs, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "verbs")
+		if len(rules) != 1 || !slices.Equal(groups, []string{"scheduling.x-k8s.io"}) || !slices.Equal(verbs, want.verbs) {
+			t.Errorf("%s grants %v", name, rules)
+		}
+	}
+}
+
+// A team entry gives its namespace the research-step ServiceAccount, its
+// people clusterRole there (edit by default) and, unless readPool is false,
+// the pool reader.
+func TestTeamsOnboarding(t *testing.T) {
+	c, err := RenderChart(chartDir, map[string]any{"teams": []any{
+		map[string]any{"namespace": "research", "groups": []any{"research-team"}, "users": []any{"alice"}},
+		map[string]any{"namespace": "vision"},
+		map[string]any{"namespace": "nlp", "users": []any{"bob"}, "clusterRole": "admin", "readPool": false},
+	}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	subjects := func(o *unstructured.Unstructured) []string {
+		s, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		var out []string
+		for _, x := range s {
+			m := x.(map[string]any)
+			out = append(out, m["kind"].(string)+":"+m["name"].(string))
+		}
+		return out
+	}
+	roleRef := func(o *unstructured.Unstructured) string {
+		r, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+		return r
+	}
+	for _, ns := range []string{"research", "vision", "nlp"} {
+		if objs["ServiceAccount "+ns+"/gleaner-research-step"] == nil {
+			t.Errorf("no ServiceAccount gleaner-research-step in %s", ns)
+		}
+		rb := objs["RoleBinding "+ns+"/gleaner-research-step"]
+		if rb == nil || roleRef(rb) != "gleaner-research-step" || !slices.Equal(subjects(rb), []string{"ServiceAccount:gleaner-research-step"}) {
+			t.Errorf("%s: the research step's RoleBinding %v", ns, rb)
+		}
+		role := objs["Role "+ns+"/gleaner-research-step"]
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		verbs, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "verbs")
+		if !slices.Equal(verbs, []string{"get", "patch"}) {
+			t.Errorf("%s: the research step may %v pods, want get and patch", ns, verbs)
+		}
+	}
+	if rb := objs["RoleBinding research/gleaner-team"]; rb == nil || roleRef(rb) != "edit" || !slices.Equal(subjects(rb), []string{"Group:research-team", "User:alice"}) {
+		t.Errorf("research's people: %v", rb)
+	}
+	if crb := objs["ClusterRoleBinding /gleaner-pool-reader-research"]; crb == nil || roleRef(crb) != "gleaner-pool-reader" || !slices.Equal(subjects(crb), []string{"Group:research-team", "User:alice"}) {
+		t.Errorf("research's pool reader: %v", crb)
+	}
+	if objs["RoleBinding vision/gleaner-team"] != nil || objs["ClusterRoleBinding /gleaner-pool-reader-vision"] != nil {
+		t.Error("a team without people binds someone")
+	}
+	if rb := objs["RoleBinding nlp/gleaner-team"]; rb == nil || roleRef(rb) != "admin" {
+		t.Errorf("nlp's people: %v", rb)
+	}
+	if objs["ClusterRoleBinding /gleaner-pool-reader-nlp"] != nil {
+		t.Error("readPool: false still binds the pool reader")
+	}
+	// The same rights as examples/argo/rbac.yaml, which a namespace not
+	// onboarded by the chart applies itself.
+	example, err := os.ReadFile("../../examples/argo/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decode(t, example) {
+		if o.GetKind() != "Role" {
+			continue
+		}
+		want, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		got, _, _ := unstructured.NestedSlice(objs["Role research/gleaner-research-step"].Object, "rules")
+		if o.GetName() != "gleaner-research-step" || !reflect.DeepEqual(got, want) {
+			t.Errorf("the chart's Role gleaner-research-step grants %v; examples/argo/rbac.yaml's %s grants %v", got, o.GetName(), want)
 		}
 	}
 }
