@@ -491,7 +491,7 @@ var everything = map[string]any{
 	"teams":            []any{map[string]any{"namespace": "research", "groups": []any{"research-team"}}},
 }
 
-// Every object the chart makes carries the recommended
+// Every object the chart makes, the helm test's too, carries the recommended
 // labels and Helm's chart label; pod templates too. The Deployments' selectors
 // stay as they were: a selector cannot change on upgrade.
 func TestEveryObjectCarriesTheStandardLabels(t *testing.T) {
@@ -500,6 +500,9 @@ func TestEveryObjectCarriesTheStandardLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := decode(t, c.YAML())
+	for _, text := range c.Tests {
+		objs = append(objs, decode(t, []byte(text))...)
+	}
 	check := func(what string, labels map[string]string) {
 		t.Helper()
 		for k, v := range map[string]string{"helm.sh/chart": "gleaner-0.1.0", "app.kubernetes.io/instance": "gleaner",
@@ -752,5 +755,86 @@ func TestServiceMonitorValues(t *testing.T) {
 				t.Errorf("gleaner-metrics-reader may %v", rules)
 			}
 		}
+	}
+}
+
+// helm test runs kubectl gleaner status --check as a ServiceAccount that may
+// read what it checks; its hooks are no part of an install or of manifests/.
+func TestHelmTest(t *testing.T) {
+	c, err := RenderChart(chartDir, map[string]any{"image": map[string]any{"tag": "v9.9.9"}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Tests) != 1 {
+		t.Fatalf("test templates %v", slices.Collect(maps.Keys(c.Tests)))
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	for _, o := range decode(t, []byte(c.Tests["tests/status.yaml"])) {
+		objs[key(o)] = o
+		if o.GetAnnotations()["helm.sh/hook"] != "test" {
+			t.Errorf("%s is not a test hook", key(o))
+		}
+		if strings.Contains(string(c.YAML()), "name: "+o.GetName()+"\n") {
+			t.Errorf("%s is installed with the chart", key(o))
+		}
+	}
+	pod := objs["Pod gleaner-system/gleaner-test"]
+	if pod == nil {
+		t.Fatalf("no test Pod: %v", slices.Collect(maps.Keys(objs)))
+	}
+	containers, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+	ctr := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(ctr, "args")
+	if img, _, _ := unstructured.NestedString(ctr, "image"); img != "ghcr.io/gleaner-dev/kubectl-gleaner:v9.9.9" || !slices.Equal(args, []string{"status", "--check", "-n", Namespace}) {
+		t.Errorf("the test runs %s %v", img, args)
+	}
+	if sa, _, _ := unstructured.NestedString(pod.Object, "spec", "serviceAccountName"); sa != "gleaner-test" {
+		t.Errorf("the test runs as %q", sa)
+	}
+	for _, k := range []string{"ServiceAccount gleaner-system/gleaner-test", "Role gleaner-system/gleaner-test", "RoleBinding gleaner-system/gleaner-test", "ClusterRoleBinding /gleaner-test-pool-reader"} {
+		o := objs[k]
+		if o == nil || o.GetAnnotations()["helm.sh/hook-weight"] != "-1" {
+			t.Errorf("%s is not made before the test pod: %v", k, o)
+		}
+	}
+	files, err := Generate(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if strings.Contains(string(data), "helm.sh/hook") {
+			t.Errorf("manifests/%s holds a Helm hook", name)
+		}
+	}
+}
+
+// NOTES.txt is a checklist with the commands that verify an install: the
+// components, the pool's nodes, the heartbeat Lease, the GPUPool, helm test,
+// and how a team gets access.
+func TestNotesChecklist(t *testing.T) {
+	c, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"kubectl -n gleaner-system rollout status deployment/gleaner-scheduler",
+		"kubectl -n gleaner-system rollout status deployment/gleaner-controller",
+		"kubectl get nodes -l gleaner.dev/pool=inference -L gleaner.dev/harvest",
+		"kubectl label node GPU_NODE gleaner.dev/pool=inference",
+		"kubectl -n gleaner-system get lease gleaner-controller-heartbeat",
+		"kubectl get gpupools",
+		"helm test gleaner -n gleaner-system",
+		"--set 'teams[0].namespace=research'",
+	} {
+		if !strings.Contains(c.Notes, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, c.Notes)
+		}
+	}
+	teams, err := RenderChart(chartDir, map[string]any{"teams": []any{map[string]any{"namespace": "research", "groups": []any{"research-team"}}}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(teams.Notes, "research: research-team with edit and gleaner-pool-reader") {
+		t.Errorf("NOTES.txt does not list the onboarded team:\n%s", teams.Notes)
 	}
 }
