@@ -146,7 +146,7 @@ func grantHint(gvr schema.GroupVersionResource) string {
 	case v1alpha1.GPUPoolResource.GroupResource():
 		return " (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)"
 	case podGroupResource.GroupResource():
-		return " (a gang needs a PodGroup: ask your cluster admin for the ClusterRole edit in this namespace, which Gleaner extends to PodGroups, or to onboard your team; docs/install.md)"
+		return " (a gang makes a PodGroup: ask your cluster admin for the ClusterRole edit in this namespace, which Gleaner's aggregated roles extend to PodGroups, or to onboard your team: docs/install.md, \"Give a team access\")"
 	}
 	return ""
 }
