@@ -795,7 +795,15 @@ func TestHelmTest(t *testing.T) {
 		o := objs[k]
 		if o == nil || o.GetAnnotations()["helm.sh/hook-weight"] != "-1" {
 			t.Errorf("%s is not made before the test pod: %v", k, o)
+			continue
 		}
+		if p := o.GetAnnotations()["helm.sh/hook-delete-policy"]; p != "before-hook-creation,hook-succeeded" {
+			t.Errorf("%s outlives the test: delete policy %q", k, p)
+		}
+	}
+	// The pod stays for helm test --logs, until the next run.
+	if p := pod.GetAnnotations()["helm.sh/hook-delete-policy"]; p != "before-hook-creation" {
+		t.Errorf("the test pod's delete policy %q", p)
 	}
 	files, err := Generate(chartDir)
 	if err != nil {
