@@ -599,6 +599,15 @@ func TestPodOverrides(t *testing.T) {
 			t.Errorf("%s's default priority class %q", name, pc)
 		}
 	}
+	// Values without the key (null removes it, as helm upgrade --reuse-values
+	// keeps the values of a chart before it) keep the class, unlike "".
+	absent, err := RenderChart(chartDir, map[string]any{"controller": map[string]any{"priorityClassName": nil}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc, _, _ := unstructured.NestedString(byKey(t, absent)["Deployment gleaner-system/gleaner-controller"].Object, "spec", "template", "spec", "priorityClassName"); pc != "system-cluster-critical" {
+		t.Errorf("without a priorityClassName value, the controller's class is %q", pc)
+	}
 }
 
 // PodGroups are in the view, edit and admin roles by aggregation, read-only

@@ -83,7 +83,10 @@ secrets, node selection and spread. Without an affinity of its own, a
 component that runs replicas for failover prefers them on different nodes.
 */}}
 {{- define "gleaner.podSpec" -}}
-{{- with .values.priorityClassName }}
+{{- /* Absent (values kept by helm upgrade --reuse-values from a chart
+before the key) is not "": the scheduler and controller keep their class. */ -}}
+{{- $priorityClass := ternary .values.priorityClassName (ne .component "console" | ternary "system-cluster-critical" "") (hasKey .values "priorityClassName") }}
+{{- with $priorityClass }}
 priorityClassName: {{ . }}
 {{- end }}
 {{- include "gleaner.imagePullSecrets" .root }}
