@@ -29,6 +29,12 @@ type Chart struct {
 	// CRDs maps a file's path under crds/ to its content, which Helm installs
 	// before the templates and never deletes.
 	CRDs map[string]string
+	// Tests maps a template's path under templates/ (tests/status.yaml) to
+	// its rendered text: `helm test`'s hooks, which an install does not
+	// create, so they are in neither Templates nor YAML.
+	Tests map[string]string
+	// Notes is NOTES.txt rendered: what helm install prints.
+	Notes string
 }
 
 // LoadChart reads the chart in dir, or packaged in the .tgz file dir.
@@ -56,12 +62,19 @@ func RenderChart(dir string, values map[string]any, namespace string) (*Chart, e
 	if err != nil {
 		return nil, fmt.Errorf("rendering chart %s: %w", dir, err)
 	}
-	r := &Chart{Templates: map[string]string{}, CRDs: map[string]string{}}
+	r := &Chart{Templates: map[string]string{}, CRDs: map[string]string{}, Tests: map[string]string{}}
 	prefix := ch.Name() + "/templates/"
 	for name, text := range out {
 		rel, ok := strings.CutPrefix(name, prefix)
+		if rel == "NOTES.txt" {
+			r.Notes = text
+		}
 		if !ok || path.Ext(rel) != ".yaml" || strings.TrimSpace(text) == "" {
 			continue // NOTES.txt, helpers, and templates switched off by values
+		}
+		if strings.HasPrefix(rel, "tests/") {
+			r.Tests[rel] = text
+			continue
 		}
 		r.Templates[rel] = text
 	}

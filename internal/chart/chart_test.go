@@ -200,6 +200,12 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"a price as a number", "status:\n  gpuHourPrice: 2.5\n", []string{"/status/gpuHourPrice", "string"}},
 		{"not a namespace", "console:\n  namespaces: [Research]\n", []string{"/console/namespaces/0"}},
 		{"a namespace twice", "console:\n  namespaces: [research, research]\n", []string{"/console/namespaces"}},
+		{"a pull secret without a name", "imagePullSecrets: [{nme: registry}]\n", []string{"/imagePullSecrets/0"}},
+		{"a team without a namespace", "teams: [{groups: [research]}]\n", []string{"/teams/0", "namespace"}},
+		{"not a team namespace", "teams: [{namespace: Research}]\n", []string{"/teams/0/namespace"}},
+		{"a misspelt team key", "teams: [{namespace: research, group: [research]}]\n", []string{"/teams/0", "group"}},
+		{"half a credential", "serviceMonitor:\n  credentials: {name: token}\n", []string{"/serviceMonitor/credentials", "key"}},
+		{"not a priority class", "controller:\n  priorityClassName: Critical\n", []string{"/controller/priorityClassName"}},
 	} {
 		var vals map[string]any
 		if err := yaml.Unmarshal([]byte(tt.values), &vals); err != nil {
@@ -231,6 +237,7 @@ func TestChartRefusesInconsistentValues(t *testing.T) {
 		{"best-effort above threshold", map[string]any{"bestEffortPriorityThreshold": -2000}, Namespace, "priorityClasses.bestEffort (-1000) must be below bestEffortPriorityThreshold (-2000)"},
 		{"inference below threshold", map[string]any{"bestEffortPriorityThreshold": 2000000}, Namespace, "priorityClasses.inference (1000000) must not be below"},
 		{"console for no namespace", map[string]any{"console": map[string]any{"enabled": true}}, Namespace, "console.enabled needs console.namespaces"},
+		{"a team twice", map[string]any{"teams": []any{map[string]any{"namespace": "research"}, map[string]any{"namespace": "research", "users": []any{"bob"}}}}, Namespace, "teams: namespace research is listed twice"},
 	} {
 		_, err := RenderChart(chartDir, tt.values, tt.namespace)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -462,7 +469,7 @@ func TestConsoleGuardValues(t *testing.T) {
 // the ServiceMonitors on.
 func TestChartLint(t *testing.T) {
 	for _, vals := range []map[string]any{nil, {"serviceMonitor": map[string]any{"enabled": true}},
-		{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}} {
+		{"console": map[string]any{"enabled": true, "namespaces": []any{"research"}}}, everything} {
 		l := lint.RunAll(chartDir, vals, Namespace)
 		for _, m := range l.Messages {
 			if m.Severity >= support.WarningSev {
@@ -472,5 +479,379 @@ func TestChartLint(t *testing.T) {
 		if l.HighestSeverity >= support.WarningSev {
 			t.Errorf("helm lint's highest severity: %d", l.HighestSeverity)
 		}
+	}
+}
+
+// everything switches on every optional part of the chart.
+var everything = map[string]any{
+	"imagePullSecrets": []any{"plain", map[string]any{"name": "listed"}},
+	"console":          map[string]any{"enabled": true, "namespaces": []any{"research"}},
+	"serviceMonitor":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+	"status":           map[string]any{"poolReaders": map[string]any{"groups": []any{"system:authenticated"}}},
+	"teams":            []any{map[string]any{"namespace": "research", "groups": []any{"research-team"}}},
+}
+
+// Every object the chart makes, the helm test's too, carries the recommended
+// labels and Helm's chart label; pod templates too. The Deployments' selectors
+// stay as they were: a selector cannot change on upgrade.
+func TestEveryObjectCarriesTheStandardLabels(t *testing.T) {
+	c, err := RenderChart(chartDir, everything, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, c.YAML())
+	for _, text := range c.Tests {
+		objs = append(objs, decode(t, []byte(text))...)
+	}
+	check := func(what string, labels map[string]string) {
+		t.Helper()
+		for k, v := range map[string]string{"helm.sh/chart": "gleaner-0.1.0", "app.kubernetes.io/instance": "gleaner",
+			"app.kubernetes.io/version": "v0.1.0", "app.kubernetes.io/managed-by": "Helm", "app.kubernetes.io/part-of": "gleaner"} {
+			if labels[k] != v {
+				t.Errorf("%s: label %s is %q, want %q", what, k, labels[k], v)
+			}
+		}
+		if labels["app.kubernetes.io/name"] == "" || labels["app.kubernetes.io/component"] == "" {
+			t.Errorf("%s: no name or component label: %v", what, labels)
+		}
+	}
+	crds := 0
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds++ // crds/ are plain files Helm does not render
+			continue
+		}
+		check(key(o), o.GetLabels())
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		name := o.GetName()
+		labels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		check(key(o)+"'s pods", labels)
+		selector, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+		if !maps.Equal(selector, map[string]string{"app.kubernetes.io/name": name}) || labels["app.kubernetes.io/name"] != name {
+			t.Errorf("%s selects %v, its pods are labelled %v: the selector must stay app.kubernetes.io/name=%s", key(o), selector, labels, name)
+		}
+	}
+	if len(objs)-crds < 40 {
+		t.Errorf("only %d objects checked", len(objs)-crds)
+	}
+}
+
+// Each component's pods take podAnnotations (the chart's checksum wins),
+// affinity (replacing the default spread), topologySpreadConstraints and
+// priorityClassName; imagePullSecrets take {name} and plain names.
+func TestPodOverrides(t *testing.T) {
+	zone := map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+	affinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "node-role", "operator": "In", "values": []any{"system"}}}}}}}}
+	c, err := RenderChart(chartDir, map[string]any{
+		"imagePullSecrets": []any{"plain", map[string]any{"name": "listed"}},
+		"scheduler": map[string]any{"podAnnotations": map[string]any{"team": "ml", "checksum/config": "mine"}, "affinity": affinity,
+			"topologySpreadConstraints": []any{zone}, "priorityClassName": ""},
+		"controller": map[string]any{"priorityClassName": "system-node-critical"},
+		"console":    map[string]any{"enabled": true, "namespaces": []any{"research"}, "priorityClassName": "low"},
+	}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	pod := func(name string) map[string]any {
+		spec, _, _ := unstructured.NestedMap(objs["Deployment gleaner-system/"+name].Object, "spec", "template")
+		return spec
+	}
+	s := pod("gleaner-scheduler")
+	if a, _, _ := unstructured.NestedStringMap(s, "metadata", "annotations"); a["team"] != "ml" || a["checksum/config"] == "mine" || len(a["checksum/config"]) != 64 {
+		t.Errorf("the scheduler's pod annotations %v: want team=ml beside the chart's own checksum", a)
+	}
+	if a, _, _ := unstructured.NestedMap(s, "spec", "affinity"); !reflect.DeepEqual(a, affinity) {
+		t.Errorf("the scheduler's affinity %v, want %v", a, affinity)
+	}
+	if tsc, _, _ := unstructured.NestedSlice(s, "spec", "topologySpreadConstraints"); len(tsc) != 1 || !reflect.DeepEqual(tsc[0], zone) {
+		t.Errorf("the scheduler's topologySpreadConstraints %v", tsc)
+	}
+	if pc, found, _ := unstructured.NestedString(s, "spec", "priorityClassName"); found {
+		t.Errorf("the scheduler runs with priorityClassName %q, want none", pc)
+	}
+	ctl := pod("gleaner-controller")
+	if pc, _, _ := unstructured.NestedString(ctl, "spec", "priorityClassName"); pc != "system-node-critical" {
+		t.Errorf("the controller's priority class %q", pc)
+	}
+	// Without an affinity of its own, the controller still spreads its replicas.
+	if term, _, _ := unstructured.NestedSlice(ctl, "spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"); len(term) != 1 {
+		t.Errorf("the controller's default anti-affinity: %v", term)
+	}
+	if pc, _, _ := unstructured.NestedString(pod("gleaner-console"), "spec", "priorityClassName"); pc != "low" {
+		t.Errorf("the console's priority class %q", pc)
+	}
+	for _, name := range []string{"gleaner-scheduler", "gleaner-controller", "gleaner-console"} {
+		secrets, _, _ := unstructured.NestedSlice(pod(name), "spec", "imagePullSecrets")
+		if want := []any{map[string]any{"name": "plain"}, map[string]any{"name": "listed"}}; !reflect.DeepEqual(secrets, want) {
+			t.Errorf("%s's imagePullSecrets %v, want %v", name, secrets, want)
+		}
+	}
+	d, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gleaner-scheduler", "gleaner-controller"} {
+		if pc, _, _ := unstructured.NestedString(byKey(t, d)["Deployment gleaner-system/"+name].Object, "spec", "template", "spec", "priorityClassName"); pc != "system-cluster-critical" {
+			t.Errorf("%s's default priority class %q", name, pc)
+		}
+	}
+	// Values without the key (null removes it, as helm upgrade --reuse-values
+	// keeps the values of a chart before it) keep the class, unlike "".
+	absent, err := RenderChart(chartDir, map[string]any{"controller": map[string]any{"priorityClassName": nil}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc, _, _ := unstructured.NestedString(byKey(t, absent)["Deployment gleaner-system/gleaner-controller"].Object, "spec", "template", "spec", "priorityClassName"); pc != "system-cluster-critical" {
+		t.Errorf("without a priorityClassName value, the controller's class is %q", pc)
+	}
+}
+
+// PodGroups are in the view, edit and admin roles by aggregation, read-only
+// in view.
+func TestPodGroupRolesAggregate(t *testing.T) {
+	c, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	for name, want := range map[string]struct {
+		into  []string
+		verbs []string
+	}{
+		"gleaner-podgroup-editor": {[]string{"edit", "admin"}, []string{"create", "delete", "deletecollection", "patch", "update", "get", "list", "watch"}},
+		"gleaner-podgroup-viewer": {[]string{"view", "edit", "admin"}, []string{"get", "list", "watch"}},
+	} {
+		role := objs["ClusterRole /"+name]
+		if role == nil {
+			t.Errorf("no ClusterRole %s", name)
+			continue
+		}
+		for _, r := range []string{"view", "edit", "admin"} {
+			if got, want := role.GetLabels()["rbac.authorization.k8s.io/aggregate-to-"+r] == "true", slices.Contains(want.into, r); got != want {
+				t.Errorf("%s aggregates into %s: %v, want %v", name, r, got, want)
+			}
+		}
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		groups, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "apiGroups")
+		verbs, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "verbs")
+		if len(rules) != 1 || !slices.Equal(groups, []string{"scheduling.x-k8s.io"}) || !slices.Equal(verbs, want.verbs) {
+			t.Errorf("%s grants %v", name, rules)
+		}
+	}
+}
+
+// A team entry gives its namespace the research-step ServiceAccount, its
+// people clusterRole there (edit by default) and, unless readPool is false,
+// the pool reader.
+func TestTeamsOnboarding(t *testing.T) {
+	c, err := RenderChart(chartDir, map[string]any{"teams": []any{
+		map[string]any{"namespace": "research", "groups": []any{"research-team"}, "users": []any{"alice"}},
+		map[string]any{"namespace": "vision"},
+		map[string]any{"namespace": "nlp", "users": []any{"bob"}, "clusterRole": "admin", "readPool": false},
+	}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := byKey(t, c)
+	subjects := func(o *unstructured.Unstructured) []string {
+		s, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		var out []string
+		for _, x := range s {
+			m := x.(map[string]any)
+			out = append(out, m["kind"].(string)+":"+m["name"].(string))
+		}
+		return out
+	}
+	roleRef := func(o *unstructured.Unstructured) string {
+		r, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+		return r
+	}
+	for _, ns := range []string{"research", "vision", "nlp"} {
+		if objs["ServiceAccount "+ns+"/gleaner-research-step"] == nil {
+			t.Errorf("no ServiceAccount gleaner-research-step in %s", ns)
+		}
+		rb := objs["RoleBinding "+ns+"/gleaner-research-step"]
+		if rb == nil || roleRef(rb) != "gleaner-research-step" || !slices.Equal(subjects(rb), []string{"ServiceAccount:gleaner-research-step"}) {
+			t.Errorf("%s: the research step's RoleBinding %v", ns, rb)
+		}
+		role := objs["Role "+ns+"/gleaner-research-step"]
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		verbs, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "verbs")
+		if !slices.Equal(verbs, []string{"get", "patch"}) {
+			t.Errorf("%s: the research step may %v pods, want get and patch", ns, verbs)
+		}
+	}
+	if rb := objs["RoleBinding research/gleaner-team"]; rb == nil || roleRef(rb) != "edit" || !slices.Equal(subjects(rb), []string{"Group:research-team", "User:alice"}) {
+		t.Errorf("research's people: %v", rb)
+	}
+	if crb := objs["ClusterRoleBinding /gleaner-pool-reader-research"]; crb == nil || roleRef(crb) != "gleaner-pool-reader" || !slices.Equal(subjects(crb), []string{"Group:research-team", "User:alice"}) {
+		t.Errorf("research's pool reader: %v", crb)
+	}
+	if objs["RoleBinding vision/gleaner-team"] != nil || objs["ClusterRoleBinding /gleaner-pool-reader-vision"] != nil {
+		t.Error("a team without people binds someone")
+	}
+	if rb := objs["RoleBinding nlp/gleaner-team"]; rb == nil || roleRef(rb) != "admin" {
+		t.Errorf("nlp's people: %v", rb)
+	}
+	if objs["ClusterRoleBinding /gleaner-pool-reader-nlp"] != nil {
+		t.Error("readPool: false still binds the pool reader")
+	}
+	// The same rights as examples/argo/rbac.yaml, which a namespace not
+	// onboarded by the chart applies itself.
+	example, err := os.ReadFile("../../examples/argo/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range decode(t, example) {
+		if o.GetKind() != "Role" {
+			continue
+		}
+		want, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		got, _, _ := unstructured.NestedSlice(objs["Role research/gleaner-research-step"].Object, "rules")
+		if o.GetName() != "gleaner-research-step" || !reflect.DeepEqual(got, want) {
+			t.Errorf("the chart's Role gleaner-research-step grants %v; examples/argo/rbac.yaml's %s grants %v", got, o.GetName(), want)
+		}
+	}
+}
+
+// The ServiceMonitors carry the labels a Prometheus selects them by, and
+// authenticate with the current authorization field: by default with the
+// token of a ServiceAccount that may get /metrics and nothing else.
+func TestServiceMonitorValues(t *testing.T) {
+	for _, tt := range []struct {
+		credentials map[string]any
+		secret      string
+	}{{nil, "gleaner-metrics-reader-token"}, {map[string]any{"name": "prometheus-token", "key": "jwt"}, "prometheus-token"}} {
+		sm := map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}}
+		if tt.credentials != nil {
+			sm["credentials"] = tt.credentials
+		}
+		c, err := RenderChart(chartDir, map[string]any{"serviceMonitor": sm}, Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := byKey(t, c)
+		for _, name := range []string{"gleaner-scheduler", "gleaner-controller"} {
+			m := objs["ServiceMonitor gleaner-system/"+name]
+			if m == nil {
+				t.Fatalf("no ServiceMonitor %s", name)
+			}
+			if m.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("ServiceMonitor %s's labels %v lack release", name, m.GetLabels())
+			}
+			endpoints, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
+			ep := endpoints[0].(map[string]any)
+			if _, deprecated := ep["bearerTokenFile"]; deprecated {
+				t.Errorf("ServiceMonitor %s uses bearerTokenFile", name)
+			}
+			secret, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+			typ, _, _ := unstructured.NestedString(ep, "authorization", "type")
+			if secret != tt.secret || typ != "Bearer" {
+				t.Errorf("ServiceMonitor %s authorizes with %s %q, want Bearer %q", name, typ, secret, tt.secret)
+			}
+		}
+		reader := objs["ClusterRole /gleaner-metrics-reader"]
+		if (reader != nil) != (tt.credentials == nil) || (objs["Secret gleaner-system/gleaner-metrics-reader-token"] != nil) != (tt.credentials == nil) {
+			t.Errorf("credentials %v: the chart's own reader is made: %v", tt.credentials, reader != nil)
+		}
+		if reader != nil {
+			rules, _, _ := unstructured.NestedSlice(reader.Object, "rules")
+			if !reflect.DeepEqual(rules, []any{map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}}) {
+				t.Errorf("gleaner-metrics-reader may %v", rules)
+			}
+		}
+	}
+}
+
+// helm test runs kubectl gleaner status --check as a ServiceAccount that may
+// read what it checks; its hooks are no part of an install or of manifests/.
+func TestHelmTest(t *testing.T) {
+	c, err := RenderChart(chartDir, map[string]any{"image": map[string]any{"tag": "v9.9.9"}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Tests) != 1 {
+		t.Fatalf("test templates %v", slices.Collect(maps.Keys(c.Tests)))
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	for _, o := range decode(t, []byte(c.Tests["tests/status.yaml"])) {
+		objs[key(o)] = o
+		if o.GetAnnotations()["helm.sh/hook"] != "test" {
+			t.Errorf("%s is not a test hook", key(o))
+		}
+		if strings.Contains(string(c.YAML()), "name: "+o.GetName()+"\n") {
+			t.Errorf("%s is installed with the chart", key(o))
+		}
+	}
+	pod := objs["Pod gleaner-system/gleaner-test"]
+	if pod == nil {
+		t.Fatalf("no test Pod: %v", slices.Collect(maps.Keys(objs)))
+	}
+	containers, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+	ctr := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(ctr, "args")
+	if img, _, _ := unstructured.NestedString(ctr, "image"); img != "ghcr.io/gleaner-dev/kubectl-gleaner:v9.9.9" || !slices.Equal(args, []string{"status", "--check", "-n", Namespace}) {
+		t.Errorf("the test runs %s %v", img, args)
+	}
+	if sa, _, _ := unstructured.NestedString(pod.Object, "spec", "serviceAccountName"); sa != "gleaner-test" {
+		t.Errorf("the test runs as %q", sa)
+	}
+	for _, k := range []string{"ServiceAccount gleaner-system/gleaner-test", "Role gleaner-system/gleaner-test", "RoleBinding gleaner-system/gleaner-test", "ClusterRoleBinding /gleaner-test-pool-reader"} {
+		o := objs[k]
+		if o == nil || o.GetAnnotations()["helm.sh/hook-weight"] != "-1" {
+			t.Errorf("%s is not made before the test pod: %v", k, o)
+			continue
+		}
+		if p := o.GetAnnotations()["helm.sh/hook-delete-policy"]; p != "before-hook-creation,hook-succeeded" {
+			t.Errorf("%s outlives the test: delete policy %q", k, p)
+		}
+	}
+	// The pod stays for helm test --logs, until the next run.
+	if p := pod.GetAnnotations()["helm.sh/hook-delete-policy"]; p != "before-hook-creation" {
+		t.Errorf("the test pod's delete policy %q", p)
+	}
+	files, err := Generate(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if strings.Contains(string(data), "helm.sh/hook") {
+			t.Errorf("manifests/%s holds a Helm hook", name)
+		}
+	}
+}
+
+// NOTES.txt is a checklist with the commands that verify an install: the
+// components, the pool's nodes, the heartbeat Lease, the GPUPool, helm test,
+// and how a team gets access.
+func TestNotesChecklist(t *testing.T) {
+	c, err := RenderChart(chartDir, nil, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"kubectl -n gleaner-system rollout status deployment/gleaner-scheduler",
+		"kubectl -n gleaner-system rollout status deployment/gleaner-controller",
+		"kubectl get nodes -l gleaner.dev/pool=inference -L gleaner.dev/harvest",
+		"kubectl label node GPU_NODE gleaner.dev/pool=inference",
+		"kubectl -n gleaner-system get lease gleaner-controller-heartbeat",
+		"kubectl get gpupools",
+		"helm test gleaner -n gleaner-system",
+		"--set 'teams[0].namespace=research'",
+	} {
+		if !strings.Contains(c.Notes, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, c.Notes)
+		}
+	}
+	teams, err := RenderChart(chartDir, map[string]any{"teams": []any{map[string]any{"namespace": "research", "groups": []any{"research-team"}}}}, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(teams.Notes, "research: research-team with edit and gleaner-pool-reader") {
+		t.Errorf("NOTES.txt does not list the onboarded team:\n%s", teams.Notes)
 	}
 }

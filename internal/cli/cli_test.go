@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,7 +19,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
@@ -165,5 +170,86 @@ func TestSubmitCheckpointFlags(t *testing.T) {
 		if (c.says == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.says)) {
 			t.Errorf("%+v: %v, want %q", c.s, err, c.says)
 		}
+	}
+}
+
+// A refusal names what the user tried (create, not read) and who grants it.
+func TestRefusedAccessNamesTheVerb(t *testing.T) {
+	c := &clients{namespace: "research"}
+	forbidden := apierrors.NewForbidden(podGroupResource.GroupResource(), "pretrain",
+		errors.New(`User "erin" cannot create resource "podgroups" in API group "scheduling.x-k8s.io" in the namespace "research"`))
+	got := c.explain(forbidden, "create", "PodGroup pretrain in namespace research", podGroupResource).Error()
+	for _, want := range []string{"you may not create PodGroup pretrain in namespace research", "ClusterRole edit", `cannot create resource "podgroups"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "read") {
+		t.Errorf("%q names reading, not creating", got)
+	}
+	pool := apierrors.NewForbidden(v1alpha1.GPUPoolResource.GroupResource(), "inference", errors.New("no"))
+	if got := c.explain(pool, "read", "GPUPool inference", v1alpha1.GPUPoolResource).Error(); !strings.HasPrefix(got, "you may not read GPUPool inference (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)") {
+		t.Errorf("the pool's refusal: %q", got)
+	}
+	if !apierrors.IsForbidden(c.explain(forbidden, "create", "PodGroup pretrain", podGroupResource)) {
+		t.Error("the explained error hides the API error")
+	}
+}
+
+// status --check passes only while the pool is planned, has GPUs and the
+// heartbeat Lease is seen renewed within its duration.
+func TestStatusCheck(t *testing.T) {
+	planned := &v1alpha1.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "inference"}, Status: v1alpha1.GPUPoolStatus{Planning: true, GPUs: v1alpha1.GPUCounts{Total: 8}}}
+	lease := func(holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.HeartbeatLeaseName},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(1)), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+	}
+	for _, tt := range []struct {
+		name    string
+		pool    *v1alpha1.GPUPool
+		poolErr error
+		lease   *coordinationv1.Lease
+		renew   bool
+		want    string
+	}{
+		{"renewed", planned, nil, lease("gleaner-controller-0"), true, ""},
+		{"not renewed", planned, nil, lease("gleaner-controller-0"), false, "did not renew its heartbeat Lease gleaner-system/gleaner-controller-heartbeat within its duration (1s)"},
+		{"released", planned, nil, lease(""), true, "released its heartbeat Lease"},
+		{"no lease", planned, nil, nil, false, "gleaner-controller-heartbeat"},
+		{"not planning", &v1alpha1.GPUPool{ObjectMeta: planned.ObjectMeta, Status: v1alpha1.GPUPoolStatus{GPUs: planned.Status.GPUs}}, nil, lease("a"), true, "not planning"},
+		{"no GPUs", &v1alpha1.GPUPool{ObjectMeta: planned.ObjectMeta, Status: v1alpha1.GPUPoolStatus{Planning: true}}, nil, lease("a"), true, "label the nodes Gleaner may lend gleaner.dev/pool=inference"},
+		{"no pool", nil, errors.New("you may not read GPUPool inference"), lease("a"), true, "check failed: you may not read GPUPool inference"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := kubefake.NewClientset()
+			if tt.lease != nil {
+				if _, err := kube.CoordinationV1().Leases(api.SystemNamespace).Create(context.Background(), tt.lease, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.renew && tt.lease != nil {
+				go func() {
+					for ctx.Err() == nil {
+						time.Sleep(100 * time.Millisecond)
+						l := tt.lease.DeepCopy()
+						l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+						_, _ = kube.CoordinationV1().Leases(api.SystemNamespace).Update(ctx, l, metav1.UpdateOptions{})
+					}
+				}()
+			}
+			var errOut strings.Builder
+			s := &statusOptions{options: &options{streams: genericiooptions.IOStreams{Out: &errOut, ErrOut: &errOut}, now: time.Now}, pool: api.PoolInference}
+			err := s.checkLending(ctx, &clients{kube: kube, namespace: "research"}, tt.pool, tt.poolErr)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("failed: %v", err)
+			case tt.want == "" && !strings.Contains(errOut.String(), "Check passed"):
+				t.Errorf("passed without saying so: %q", errOut.String())
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want an error saying %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -69,7 +69,7 @@ func (d *describeOptions) run(ctx context.Context, ref string) error {
 	}
 	pods, err := c.kube.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return c.explain(err, "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
+		return c.explain(err, "read", "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
 	}
 	pool, _ := c.pool(ctx, d.pool)
 	d.describe(d.streams.Out, c.namespace, job, podsByJob(pods.Items)[job.Kind+"/"+job.Name], pool)

@@ -77,7 +77,7 @@ func (j *jobsOptions) list(ctx context.Context, c *clients) error {
 			ResourceVersion: resourceVersion,
 		})
 		if err != nil {
-			return c.explain(err, "the HarvestReport of namespace "+c.namespace, v1alpha1.HarvestReportResource)
+			return c.explain(err, "read", "the HarvestReport of namespace "+c.namespace, v1alpha1.HarvestReportResource)
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
@@ -129,7 +129,7 @@ func (j *jobsOptions) print(ctx context.Context, c *clients) (string, error) {
 	// outlook for when enough GPUs open (when the user may read the pool).
 	pods, err := c.kube.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", c.explain(err, "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
+		return "", c.explain(err, "read", "pods in namespace "+c.namespace, v1.SchemeGroupVersion.WithResource("pods"))
 	}
 	pool, _ := c.pool(ctx, j.pool) // optional: no estimate without it
 	j.table(j.streams.Out, jobs, podsByJob(pods.Items), pool)

@@ -116,10 +116,10 @@ func (o *options) clients() (*clients, error) {
 	return &clients{dynamic: dyn, kube: kube, namespace: ns, host: cfg.Host}, nil
 }
 
-// explain turns an API error into what the user can do about it. The API
-// error stays underneath (errors.As finds it), so a caller can still tell a
-// refusal from a missing object.
-func (c *clients) explain(err error, what string, gvr schema.GroupVersionResource) error {
+// explain turns an API error met trying to verb (read, create) what into
+// what the user can do about it. The API error stays underneath (errors.As
+// finds it), so a caller can still tell a refusal from a missing object.
+func (c *clients) explain(err error, verb, what string, gvr schema.GroupVersionResource) error {
 	if err == nil {
 		return nil
 	}
@@ -129,11 +129,7 @@ func (c *clients) explain(err error, what string, gvr schema.GroupVersionResourc
 	case errors.As(err, &uerr) || errors.As(err, &nerr):
 		return fmt.Errorf("cannot reach the cluster at %s (check your kubeconfig and --context): %w", c.host, err)
 	case apierrors.IsForbidden(err):
-		hint := ""
-		if gvr.Resource == v1alpha1.GPUPoolResource.Resource {
-			hint = " (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)"
-		}
-		return &explained{fmt.Sprintf("you may not read %s%s: %s", what, hint, errMessage(err)), err}
+		return &explained{fmt.Sprintf("you may not %s %s%s: %s", verb, what, grantHint(gvr), errMessage(err)), err}
 	case v1alpha1.NotServed(err):
 		return &explained{fmt.Sprintf("Gleaner is not installed on this cluster: it serves no %s.%s API (see docs/install.md)", gvr.Resource, gvr.Group), err}
 	case apierrors.IsNotFound(err):
@@ -141,7 +137,18 @@ func (c *clients) explain(err error, what string, gvr schema.GroupVersionResourc
 	case apierrors.IsUnauthorized(err):
 		return &explained{fmt.Sprintf("the cluster does not know you (log in again, or check your kubeconfig's user): %s", errMessage(err)), err}
 	}
-	return fmt.Errorf("reading %s: %w", what, err)
+	return fmt.Errorf("could not %s %s: %w", verb, what, err)
+}
+
+// grantHint says who grants the rights on gvr that the cluster refused.
+func grantHint(gvr schema.GroupVersionResource) string {
+	switch gvr.GroupResource() {
+	case v1alpha1.GPUPoolResource.GroupResource():
+		return " (ask your cluster admin to grant you the ClusterRole gleaner-pool-reader)"
+	case podGroupResource.GroupResource():
+		return " (a gang makes a PodGroup: ask your cluster admin for the ClusterRole edit in this namespace, which Gleaner's aggregated roles extend to PodGroups, or to onboard your team: docs/install.md, \"Give a team access\")"
+	}
+	return ""
 }
 
 // explained is an API error said in the user's terms, the error kept beneath.
@@ -165,7 +172,7 @@ func errMessage(err error) string {
 func (c *clients) pool(ctx context.Context, name string) (*v1alpha1.GPUPool, error) {
 	u, err := c.dynamic.Resource(v1alpha1.GPUPoolResource).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, c.explain(err, "GPUPool "+name, v1alpha1.GPUPoolResource)
+		return nil, c.explain(err, "read", "GPUPool "+name, v1alpha1.GPUPoolResource)
 	}
 	var p v1alpha1.GPUPool
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
@@ -182,7 +189,7 @@ func (c *clients) report(ctx context.Context, ns string) (*v1alpha1.HarvestRepor
 		return nil, nil
 	}
 	if err != nil {
-		return nil, c.explain(err, "the HarvestReport of namespace "+ns, v1alpha1.HarvestReportResource)
+		return nil, c.explain(err, "read", "the HarvestReport of namespace "+ns, v1alpha1.HarvestReportResource)
 	}
 	var r v1alpha1.HarvestReport
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
@@ -195,7 +202,7 @@ func (c *clients) report(ctx context.Context, ns string) (*v1alpha1.HarvestRepor
 func (c *clients) reports(ctx context.Context) ([]v1alpha1.HarvestReport, error) {
 	list, err := c.dynamic.Resource(v1alpha1.HarvestReportResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, c.explain(err, "HarvestReports in every namespace", v1alpha1.HarvestReportResource)
+		return nil, c.explain(err, "read", "HarvestReports in every namespace", v1alpha1.HarvestReportResource)
 	}
 	var out []v1alpha1.HarvestReport
 	for _, u := range list.Items {

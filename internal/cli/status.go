@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/utils/ptr"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
@@ -22,6 +26,7 @@ type statusOptions struct {
 	pool          string
 	allNamespaces bool
 	days          int
+	check         bool
 }
 
 func newStatusCommand(o *options) *cobra.Command {
@@ -35,7 +40,8 @@ inference, idle), what your namespace harvested and its value, and the
 forecast of lendable GPUs over the next 24 hours.`,
 		Example: `  kubectl gleaner status
   kubectl gleaner status -o wide          # every node's GPUs too
-  kubectl gleaner status -A --days 30     # every namespace you may read, over 30 days`,
+  kubectl gleaner status -A --days 30     # every namespace you may read, over 30 days
+  kubectl gleaner status --check          # exit 1 unless Gleaner is lending (helm test runs it)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(s.output); err != nil {
@@ -51,6 +57,7 @@ forecast of lendable GPUs over the next 24 hours.`,
 	poolFlag(cmd, &s.pool)
 	cmd.Flags().BoolVarP(&s.allNamespaces, "all-namespaces", "A", false, "Harvest of every namespace you may read, not only yours.")
 	cmd.Flags().IntVar(&s.days, "days", 7, "Window of the harvest shown, in days (UTC) up to today.")
+	cmd.Flags().BoolVar(&s.check, "check", false, "Then check that Gleaner can lend, and exit 1 saying what is wrong if not: the pool is published, planned and has GPUs, and gleaner-controller renews its heartbeat Lease (waiting up to the Lease's duration; needs get on that Lease in "+api.SystemNamespace+").")
 	return cmd
 }
 
@@ -88,7 +95,10 @@ func (s *statusOptions) run(ctx context.Context) error {
 		if poolErr != nil {
 			out.PoolError = poolErr.Error()
 		}
-		return printObject(s.streams.Out, s.output, out)
+		if err := printObject(s.streams.Out, s.output, out); err != nil || !s.check {
+			return err
+		}
+		return s.checkLending(ctx, c, pool, poolErr)
 	}
 	w := s.streams.Out
 	if poolErr != nil {
@@ -102,6 +112,48 @@ func (s *statusOptions) run(ctx context.Context) error {
 		fmt.Fprintln(w)
 		printOutlook(w, pool.Status, s.output == "wide")
 	}
+	if s.check {
+		return s.checkLending(ctx, c, pool, poolErr)
+	}
+	return nil
+}
+
+// checkLending is status --check: gleaner-scheduler lends only while the
+// controller plans and renews its heartbeat, so both are checked. The
+// heartbeat is judged as the scheduler judges it, on this machine's clock: a
+// renewal must be seen within the Lease's duration, whatever its renewTime
+// says.
+func (s *statusOptions) checkLending(ctx context.Context, c *clients, pool *v1alpha1.GPUPool, poolErr error) error {
+	switch {
+	case poolErr != nil:
+		return fmt.Errorf("check failed: %w", poolErr)
+	case !pool.Status.Planning:
+		return fmt.Errorf("check failed: GPUPool %s says gleaner-controller is not planning, so nothing new is lent: its logs say why", pool.Name)
+	case pool.Status.GPUs.Total == 0:
+		return fmt.Errorf("check failed: GPUPool %s has no GPUs: label the nodes Gleaner may lend %s=%s", pool.Name, api.LabelPool, api.PoolInference)
+	}
+	lease := api.SystemNamespace + "/" + api.HeartbeatLeaseName
+	leases := c.kube.CoordinationV1().Leases(api.SystemNamespace)
+	first, err := leases.Get(ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
+	if err != nil {
+		return c.explain(err, "read", "gleaner-controller's heartbeat Lease "+lease, coordinationv1.SchemeGroupVersion.WithResource("leases"))
+	}
+	if ptr.Deref(first.Spec.HolderIdentity, "") == "" {
+		return fmt.Errorf("check failed: gleaner-controller released its heartbeat Lease %s: no replica plans, so nothing is lent", lease)
+	}
+	timeout := time.Duration(ptr.Deref(first.Spec.LeaseDurationSeconds, 15)) * time.Second
+	start := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, false, func(ctx context.Context) (bool, error) {
+		cur, err := leases.Get(ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return !renewTime(cur).Equal(renewTime(first)) || ptr.Deref(cur.Spec.HolderIdentity, "") != ptr.Deref(first.Spec.HolderIdentity, ""), nil
+	})
+	if err != nil {
+		return fmt.Errorf("check failed: gleaner-controller did not renew its heartbeat Lease %s within its duration (%v), so gleaner-scheduler lends nothing: its logs say why (%w)", lease, timeout, err)
+	}
+	fmt.Fprintf(s.streams.ErrOut, "Check passed: the pool is planned, and gleaner-controller renewed its heartbeat %v after it was first read.\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
@@ -246,4 +298,11 @@ func span(low, high int64) string {
 		return fmt.Sprint(low)
 	}
 	return fmt.Sprintf("%d-%d", low, high)
+}
+
+func renewTime(l *coordinationv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
 }

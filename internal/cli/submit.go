@@ -170,7 +170,7 @@ func (s *submitOptions) run(ctx context.Context, args []string, dash int) error 
 			if v1alpha1.NotServed(err) && gvr == podGroupResource {
 				return fmt.Errorf("this cluster serves no PodGroups (scheduling.x-k8s.io): Gleaner's CRDs are not installed (docs/install.md)")
 			}
-			return c.explain(err, fmt.Sprintf("%s %s (creating it)", o.GetKind(), nameOf(o)), gvr)
+			return c.explain(err, "create", fmt.Sprintf("%s %s in namespace %s", o.GetKind(), nameOf(o), c.namespace), gvr)
 		}
 		created = append(created, out)
 	}
@@ -206,7 +206,7 @@ func (s *submitOptions) preflight(ctx context.Context, c *clients, job *unstruct
 		case apierrors.IsNotFound(err):
 			return fmt.Errorf("--checkpoint-pvc %s: no such PersistentVolumeClaim in namespace %s: create it first (docs/researchers.md shows one)", s.checkpointPVC, c.namespace)
 		case err != nil && !apierrors.IsForbidden(err):
-			return c.explain(err, "PersistentVolumeClaim "+s.checkpointPVC, v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"))
+			return c.explain(err, "read", "PersistentVolumeClaim "+s.checkpointPVC, v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"))
 		}
 	}
 	review, err := c.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
@@ -215,7 +215,7 @@ func (s *submitOptions) preflight(ctx context.Context, c *clients, job *unstruct
 		}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return c.explain(err, "whether you may create pods", authorizationv1.SchemeGroupVersion.WithResource("selfsubjectaccessreviews"))
+		return c.explain(err, "ask", "whether you may create pods", authorizationv1.SchemeGroupVersion.WithResource("selfsubjectaccessreviews"))
 	}
 	if !review.Status.Allowed {
 		fmt.Fprintln(s.streams.ErrOut, "note: you may not create pods yourself, so whether the cluster admits the job's pods is not checked before submitting")
@@ -240,7 +240,7 @@ func (s *submitOptions) preflight(ctx context.Context, c *clients, job *unstruct
 		}
 		return fmt.Errorf("the cluster would refuse the job's pods, so nothing was created: %s%s", errMessage(err), hint)
 	}
-	return c.explain(err, "whether the cluster admits the job's pods", v1.SchemeGroupVersion.WithResource("pods"))
+	return c.explain(err, "ask", "whether the cluster admits the job's pods", v1.SchemeGroupVersion.WithResource("pods"))
 }
 
 // kindRef names an object's kind as kubectl does: kind.group, in lower case.

@@ -210,7 +210,7 @@ func TestKubectlGleaner(t *testing.T) {
 			{[]string{"submit", "--from", "workflowtemplate/t", "-p", "novalue"}, `-p "novalue": want NAME=VALUE`},
 			{[]string{"submit", "--from", "job/t"}, "want workflowtemplate/NAME"},
 			{[]string{"submit", "-n", researchNS, "--from", "workflowtemplate/t"}, "this cluster serves no Argo Workflows"},
-			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--as", "bob"}, "you may not"},
+			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--as", "bob"}, "you may not create Job x in namespace research"},
 			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--checkpoint-pvc", "missing"}, "--checkpoint-pvc missing: no such PersistentVolumeClaim in namespace research"},
 			{[]string{"submit", "x", "-n", researchNS, "--image", "i", "--checkpoint-uri", "my-bucket"}, `--checkpoint-uri "my-bucket": want SCHEME://BUCKET/PREFIX`},
 		} {
