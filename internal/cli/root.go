@@ -1,5 +1,6 @@
 // Package cli is kubectl gleaner, the researcher's view of Gleaner: the pool
-// at a glance, their jobs in Gleaner's words, and each job's timeline. It
+// at a glance, their jobs in Gleaner's words, and each job's timeline; and
+// the inference owner's: how long their replicas waited for GPUs. It
 // reads what gleaner-controller publishes (pkg/api/v1alpha1) and the pods
 // themselves, with the user's own kubeconfig and rights, as kubectl does.
 package cli
@@ -49,8 +50,10 @@ func NewCommand(streams genericiooptions.IOStreams, now func() time.Time) *cobra
 		Long: `kubectl gleaner shows what Gleaner does with your best-effort jobs: the pool
 of inference GPUs it lends from, your jobs in its words (waiting for GPUs,
 running on lent GPUs, checkpointing before a reclaim, evicted and waiting to
-resume, done), and each job's timeline. It reads what gleaner-controller
-publishes (GPUPool, HarvestReport) with your own kubeconfig and rights.`,
+resume, done), and each job's timeline; and, for an inference service, how
+long its replicas waited for GPUs against the reclaim budget. It reads what
+gleaner-controller publishes (GPUPool, HarvestReport) with your own
+kubeconfig and rights.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gleaner"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -62,7 +65,7 @@ publishes (GPUPool, HarvestReport) with your own kubeconfig and rights.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o), newConsoleCommand(o), newPauseCommand(o), newResumeCommand(o))
+	root.AddCommand(newSubmitCommand(o), newStatusCommand(o), newJobsCommand(o), newDescribeCommand(o), newConsoleCommand(o), newServiceCommand(o), newPauseCommand(o), newResumeCommand(o))
 	return root
 }
 

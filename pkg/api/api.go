@@ -4,9 +4,12 @@
 package api
 
 import (
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
@@ -133,6 +136,31 @@ func IsBestEffort(pod *v1.Pod, threshold int32) bool {
 // IsInference reports whether a pod carries the inference role label.
 func IsInference(pod *v1.Pod) bool {
 	return pod.Labels[LabelRole] == RoleInference
+}
+
+// ServiceName is the service an inference pod serves: the label
+// LabelService, else the owning Deployment (the ReplicaSet name minus its
+// pod-template-hash suffix), else the controlling owner's name, else the
+// pod's own name.
+func ServiceName(pod *v1.Pod) string {
+	if s := pod.Labels[LabelService]; s != "" {
+		return s
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil && len(pod.OwnerReferences) > 0 {
+		owner = &pod.OwnerReferences[0]
+	}
+	if owner == nil {
+		return pod.Name
+	}
+	if owner.Kind == "ReplicaSet" {
+		if hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; hash != "" {
+			if deployment, ok := strings.CutSuffix(owner.Name, "-"+hash); ok && deployment != "" {
+				return deployment
+			}
+		}
+	}
+	return owner.Name
 }
 
 // PodGPUs is the pod's effective request of the given resource (containers, init

@@ -190,6 +190,22 @@ func (c *Config) defaults() {
 	c.Status.defaults()
 }
 
+// ReclaimBudgetSlack is what the reclaim budget allows, beyond a round and
+// the grace cap, for the schedulers, the kubelet and the API server to act.
+const ReclaimBudgetSlack = 5 * time.Second
+
+// ReclaimBudget is the longest an inference replica should wait for lent
+// GPUs to come back:
+//
+//	budget = max(sync period, scrape interval) + max reclaim grace + ReclaimBudgetSlack
+//
+// a round to see the replica pending or its service's requests waiting, the
+// capped grace period of the best-effort pods evicted for it, and the slack.
+// docs/reliability.md says what it rests on. Call it on a defaulted Config.
+func (c *Config) ReclaimBudget() time.Duration {
+	return max(c.SyncPeriod, c.Metrics.Interval) + c.MaxReclaimGrace + ReclaimBudgetSlack
+}
+
 // DefaultStartupDeadline is how long an inference pod may take from creation
 // to its first scrape (image pull, model load) before it reads as saturated.
 const DefaultStartupDeadline = 15 * time.Minute
@@ -227,9 +243,12 @@ type Controller struct {
 	planner   *round.Planner
 	heartbeat *heartbeat
 	progress  *watchProgress
-	// ledger keeps each namespace's harvest and jobs; status publishes them.
+	// ledger keeps each namespace's harvest and jobs, and each inference
+	// service's waits; status publishes them.
 	ledger *ledger.Ledger
 	status *publisher
+	// waits keeps the per-service wait metrics (waits.go).
+	waits *serviceWaits
 
 	// State touched only by Sync (and Run after the last Sync).
 	lastSync      time.Time
@@ -305,6 +324,7 @@ func newController(client kubernetes.Interface, cfg Config, load loadSource) *Co
 		planner:   round.New(cfg.Policy),
 		ledger:    jobs,
 		status:    &publisher{cfg: cfg.Status, ledger: jobs},
+		waits:     newServiceWaits(),
 		progress:  newWatchProgress(client, nodes.Informer(), pods.Informer(), cfg.WatchProgressBound),
 		heartbeat: &heartbeat{client: client, clock: cfg.Clock, ns: cfg.Heartbeat.Namespace, name: cfg.Heartbeat.Name,
 			identity: cfg.Heartbeat.Identity, timeout: cfg.Heartbeat.Timeout},
@@ -420,9 +440,9 @@ func (c *Controller) sync(ctx context.Context) error {
 		return err
 	}
 	o.stop, o.Drain = stop, stop.Drain()
-	c.account(now, o.pods, o.Nodes)
+	c.account(ctx, now, o)
 	d := c.planner.Plan(o.Observation)
-	c.observePlan(now, o.Nodes, d)
+	c.observePlan(now, o, d)
 	for _, s := range d.Services {
 		c.report(s.Key, append(o.problems[s.Key], s.Problems...))
 	}
@@ -455,6 +475,9 @@ type observed struct {
 	problems map[string][]string
 	// stop is the admin's kill switch (api.ReadStop).
 	stop api.Stop
+	// services are the round's services with their replicas and those
+	// pending, in key order.
+	services []ledger.ServiceNow
 }
 
 // observe turns the listers and the metrics informer's snapshot into the
@@ -549,8 +572,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		return out
 	}
 	var problems map[string][]string
-	obs.Services, problems = c.observeServices(ctx, now, largestNodeGPUs)
-	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems}, nil
+	var services []ledger.ServiceNow
+	obs.Services, services, problems = c.observeServices(ctx, now, largestNodeGPUs)
+	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems, services: services}, nil
 }
 
 // reservedAt is a best-effort pod that gleaner-scheduler holds at Permit (a
@@ -636,11 +660,13 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 }
 
 // account adds the GPU-seconds lent since the last round, per namespace, and
-// records how long newly bound inference pods on pool nodes waited to be scheduled.
-func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.Node) {
-	nodes := make(map[string]*harvest.Node, len(nodeList))
-	for i := range nodeList {
-		nodes[nodeList[i].Name] = &nodeList[i]
+// records how long newly bound inference pods on pool nodes waited to be
+// scheduled: in the pool's histogram and, for the services of namespaces
+// opted in as inference, in their own metrics and their namespace's report.
+func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
+	nodes := make(map[string]*harvest.Node, len(o.Nodes))
+	for i := range o.Nodes {
+		nodes[o.Nodes[i].Name] = &o.Nodes[i]
 	}
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than two periods (e.g. a new leader) is not counted: the
@@ -651,13 +677,17 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 	}
 	c.lastSync = now
 	onPool := func(name string) bool { n, ok := nodes[name]; return ok && n.InPool }
-	for ns, s := range c.ledger.Observe(now, pods, onPool, elapsed) {
+	for ns, s := range c.ledger.Observe(now, o.pods, onPool, elapsed) {
 		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
 	}
+	budget := c.cfg.ReclaimBudget()
+	c.ledger.Services(now, o.services, budget)
+	c.waits.services(ctx, now, o.services, budget)
+	optedIn := c.inferenceNamespaces()
 	// On the first round every bound pod is history: a restart must not count its wait again.
 	first := c.seenBound == nil
 	present := make(map[types.UID]bool, len(c.seenBound))
-	for _, p := range pods {
+	for _, p := range o.pods {
 		n, ok := nodes[p.Spec.NodeName]
 		if !ok || !n.InPool || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
 			continue
@@ -667,8 +697,15 @@ func (c *Controller) account(now time.Time, pods []*v1.Pod, nodeList []harvest.N
 			continue // seen again once its PodScheduled condition is written
 		}
 		present[p.UID] = true
-		if !first && !c.seenBound[p.UID] {
-			inferenceWait.Observe(scheduled.Sub(p.CreationTimestamp.Time).Seconds())
+		if first || c.seenBound[p.UID] {
+			continue
+		}
+		wait := scheduled.Sub(p.CreationTimestamp.Time)
+		inferenceWait.Observe(wait.Seconds())
+		if optedIn(p.Namespace) {
+			service := api.ServiceName(p)
+			c.waits.observe(p.Namespace+"/"+service, scheduled, wait, budget)
+			c.ledger.Waited(p.Namespace, service, p.Name, scheduled, wait, budget)
 		}
 	}
 	c.seenBound = present
@@ -703,8 +740,12 @@ func scheduledAt(p *v1.Pod) time.Time {
 }
 
 // observePlan exports the decision's totals and how long nodes took to drain.
-func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.Decision) {
-	plan := d.Plan
+func (c *Controller) observePlan(now time.Time, o observed, d round.Decision) {
+	nodes, plan := o.Nodes, d.Plan
+	pending := make(map[string]int32, len(o.services))
+	for _, s := range o.services {
+		pending[s.Namespace+"/"+s.Name] = s.Pending
+	}
 	seen := make(map[string]bool, len(d.Services))
 	for _, s := range d.Services {
 		ns, name, _ := strings.Cut(s.Key, "/")
@@ -712,6 +753,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 		serviceLoad.WithLabelValues(ns, name).Set(s.Need.Load)
 		serviceReplicas.WithLabelValues(ns, name, "current").Set(float64(s.Need.Current))
 		serviceReplicas.WithLabelValues(ns, name, "needed").Set(float64(s.Need.Needed))
+		serviceReplicas.WithLabelValues(ns, name, "pending").Set(float64(pending[s.Key]))
 		serviceHeadroom.WithLabelValues(ns, name).Set(float64(int64(s.Need.HeadroomReplicas) * s.Need.GPUsPerReplica))
 		seen[s.Key] = true
 	}
@@ -722,6 +764,7 @@ func (c *Controller) observePlan(now time.Time, nodes []harvest.Node, d round.De
 			serviceLoad.DeleteLabelValues(ns, name)
 			serviceReplicas.DeleteLabelValues(ns, name, "current")
 			serviceReplicas.DeleteLabelValues(ns, name, "needed")
+			serviceReplicas.DeleteLabelValues(ns, name, "pending")
 			serviceHeadroom.DeleteLabelValues(ns, name)
 		}
 	}

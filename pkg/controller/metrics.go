@@ -65,7 +65,29 @@ var (
 	inferenceWait = metrics.NewHistogram(&metrics.HistogramOpts{
 		Namespace: "gleaner", Name: "inference_pod_scheduling_wait_seconds",
 		Help:           "Time inference pods on pool nodes waited from creation until they were scheduled.",
-		Buckets:        []float64{0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300},
+		Buckets:        waitBuckets,
+		StabilityLevel: metrics.ALPHA,
+	})
+	// The same per service, beside the reclaim budget (waits.go).
+	serviceWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: "gleaner", Name: "service_scheduling_wait_seconds",
+		Help:           "Time a service's inference pods on pool nodes waited from creation until they were scheduled (namespaces opted in as inference).",
+		Buckets:        waitBuckets,
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
+	serviceWaitLongest = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "service_scheduling_wait_longest_seconds",
+		Help:           "The longest wait to be scheduled of a service's inference pods scheduled on pool nodes in the last 10 minutes; 0 when none was.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
+	serviceWaitsOverBudget = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "gleaner", Name: "service_scheduling_waits_over_budget_total",
+		Help:           "A service's inference pods on pool nodes that waited longer than the reclaim budget to be scheduled.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "service"})
+	reclaimBudget = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "gleaner", Name: "reclaim_budget_seconds",
+		Help:           "The reclaim budget: the longest an inference pod should wait for lent GPUs (a round, the grace cap, and 5 s).",
 		StabilityLevel: metrics.ALPHA,
 	})
 	owedSeconds = metrics.NewGauge(&metrics.GaugeOpts{
@@ -123,13 +145,16 @@ var (
 	})
 )
 
+// waitBuckets bound inference waits: the reclaim budget is 130 s by default.
+var waitBuckets = []float64{0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300}
+
 var (
 	registerOnce sync.Once
 	allMetrics   = []interface {
 		metrics.Registerable
 		FQName() string
 	}{gpusGauge, nodesGauge, harvestedGPUSeconds, evictionsTotal, noticesTotal, noticeLead, unwarnedEvictions, lostWorkGPUSeconds,
-		reclaimLatency, owedSeconds, inferenceWait, unplacedHeadroom, syncDuration, planDuration, planCPUSeconds, syncErrors, lastRound, roundAge, watchStalled, lendingStopped,
+		reclaimLatency, owedSeconds, inferenceWait, serviceWait, serviceWaitLongest, serviceWaitsOverBudget, reclaimBudget, unplacedHeadroom, syncDuration, planDuration, planCPUSeconds, syncErrors, lastRound, roundAge, watchStalled, lendingStopped,
 		// The demand model's and the autoscaler's, from metrics_policy.go.
 		forecastPeakLoad, serviceLoad, serviceReplicas, serviceHeadroom, profileWrites, autoscaleOps, invalidAnnotations}
 )

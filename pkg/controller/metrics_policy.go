@@ -19,7 +19,7 @@ var (
 	}, []string{"namespace", "service"})
 	serviceReplicas = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "gleaner", Name: "demand_replicas",
-		Help:           "A service's replicas, by kind: current (its inference pods) and needed (what its forecast load needs over the horizon).",
+		Help:           "A service's replicas, by kind: current (its inference pods), pending (those not scheduled yet) and needed (what its forecast load needs over the horizon).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace", "service", "kind"})
 	serviceHeadroom = metrics.NewGaugeVec(&metrics.GaugeOpts{

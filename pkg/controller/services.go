@@ -20,6 +20,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/ledger"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 )
 
@@ -62,20 +63,25 @@ func serviceOf(d *appsv1.Deployment) string {
 // observeServices groups the informer's inference pods by service, adds
 // inference Deployments scaled to zero, and reads each service's settings,
 // stored profile and autoscaling from its Deployment. It remembers each
-// service's Deployment for acting on the decision, and returns each service's
+// service's Deployment for acting on the decision, and returns each
+// service's replicas and those pending (for its owner's report), and its
 // annotation problems.
-func (c *Controller) observeServices(ctx context.Context, now time.Time, largestNodeGPUs int64) ([]round.Service, map[string][]string) {
+func (c *Controller) observeServices(ctx context.Context, now time.Time, largestNodeGPUs int64) ([]round.Service, []ledger.ServiceNow, map[string][]string) {
 	deployments, err := c.deployments.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments; planning on pod load alone")
 	}
 	replicas := map[string][]demand.Replica{}
+	pendingSince := map[string]time.Time{}
 	optedIn := c.inferenceNamespaces()
 	for _, pl := range c.load.Snapshot() {
 		if !optedIn(pl.Namespace) {
 			continue
 		}
 		key := pl.Namespace + "/" + pl.Service
+		if since, ok := pendingSince[key]; pl.NodeName == "" && (!ok || pl.Created.Before(since)) {
+			pendingSince[key] = pl.Created
+		}
 		replicas[key] = append(replicas[key], demand.Replica{
 			Pending: pl.NodeName == "",
 			Known:   pl.Fresh,
@@ -104,10 +110,18 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 
 	defaults := demand.Defaults{TargetLoad: c.cfg.TargetLoad, TargetKVCache: c.cfg.TargetKVCache}
 	services := make([]round.Service, 0, len(keys))
+	summaries := make([]ledger.ServiceNow, 0, len(keys))
 	problems := map[string][]string{}
 	clear(c.served)
 	for _, key := range keys {
 		ns, name, _ := strings.Cut(key, "/")
+		sn := ledger.ServiceNow{Namespace: ns, Name: name, Replicas: int32(len(replicas[key])), PendingSince: pendingSince[key]}
+		for _, r := range replicas[key] {
+			if r.Pending {
+				sn.Pending++
+			}
+		}
+		summaries = append(summaries, sn)
 		s := round.Service{Key: key, Replicas: replicas[key], Settings: demand.Settings{TargetLoad: defaults.TargetLoad}}
 		if d := deploymentFor(deployments, ns, name); d != nil {
 			c.served[key] = d
@@ -125,7 +139,7 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 		}
 		services = append(services, s)
 	}
-	return services, problems
+	return services, summaries, problems
 }
 
 // inferenceNamespaces says which namespaces the admin opted in as inference:

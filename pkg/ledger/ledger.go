@@ -1,7 +1,8 @@
 // Package ledger keeps each namespace's harvest and best-effort jobs between
 // rounds, as gleaner-controller publishes them in HarvestReports
 // (pkg/api/v1alpha1): GPU-seconds harvested, each job's pods, evictions,
-// notices and checkpoints. It talks to no API.
+// notices and checkpoints; and, in namespaces opted in as inference, how long
+// each service's replicas waited to be scheduled. It talks to no API.
 package ledger
 
 import (
@@ -38,6 +39,8 @@ type Ledger struct {
 type namespace struct {
 	status v1alpha1.HarvestReportStatus
 	jobs   map[string]*job
+	// services: an inference namespace's services, by name (waits.go).
+	services map[string]*v1alpha1.ServiceWaits
 	// changed: something other than GPU-seconds changed since Published.
 	changed bool
 	// restored: the status came from a published report and holds its jobs.
@@ -94,6 +97,7 @@ func (l *Ledger) Restore(ns string, st v1alpha1.HarvestReportStatus) {
 	if k := len(n.status.Daily); k > v1alpha1.MaxDays {
 		n.status.Daily = slices.Delete(n.status.Daily, 0, k-v1alpha1.MaxDays)
 	}
+	n.restoreServices(st)
 	for _, stored := range st.Jobs {
 		key := jobKey(stored.Kind, stored.Name)
 		j := n.jobs[key]
@@ -519,6 +523,7 @@ func (l *Ledger) Report(ns string, now time.Time, price *v1alpha1.Price) (st v1a
 		j.Timeline = slices.Clone(j.Timeline)
 		st.Jobs = append(st.Jobs, j)
 	}
+	st.Services = n.reportServices()
 	return st, n.changed || !n.present
 }
 

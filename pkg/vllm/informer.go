@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -628,7 +627,7 @@ func (i *Informer) Snapshot() []PodLoad {
 		out = append(out, PodLoad{
 			Namespace: pod.Namespace,
 			Name:      pod.Name,
-			Service:   serviceName(pod),
+			Service:   api.ServiceName(pod),
 			NodeName:  pod.Spec.NodeName,
 			Created:   pod.CreationTimestamp.Time,
 			GPUs:      api.PodGPUs(pod, i.opts.GPUResource),
@@ -686,28 +685,4 @@ func metricsURL(pod *corev1.Pod, scheme string) (string, error) {
 		path = s
 	}
 	return scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + path, nil
-}
-
-// serviceName is the label api.LabelService, else the owning Deployment (the
-// ReplicaSet name minus its pod-template-hash suffix), else the controlling
-// owner's name, else the pod's own name.
-func serviceName(pod *corev1.Pod) string {
-	if s := pod.Labels[api.LabelService]; s != "" {
-		return s
-	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil && len(pod.OwnerReferences) > 0 {
-		owner = &pod.OwnerReferences[0]
-	}
-	if owner == nil {
-		return pod.Name
-	}
-	if owner.Kind == "ReplicaSet" {
-		if hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; hash != "" {
-			if deployment, ok := strings.CutSuffix(owner.Name, "-"+hash); ok && deployment != "" {
-				return deployment
-			}
-		}
-	}
-	return owner.Name
 }

@@ -328,7 +328,7 @@ func TestServiceName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := serviceName(tc.pod); got != tc.want {
+			if got := api.ServiceName(tc.pod); got != tc.want {
 				t.Errorf("serviceName = %q, want %q", got, tc.want)
 			}
 		})
@@ -783,8 +783,8 @@ func TestSlimPodKeepsWhatTheInformerReads(t *testing.T) {
 	}
 	gotURL, _ := metricsURL(slim, "http")
 	wantURL, _ := metricsURL(pod, "http")
-	if gotURL != wantURL || serviceName(slim) != serviceName(pod) || scrapable(slim) != scrapable(pod) || !scrapable(slim) {
-		t.Errorf("slim: %s %s %v; full: %s %s %v", gotURL, serviceName(slim), scrapable(slim), wantURL, serviceName(pod), scrapable(pod))
+	if gotURL != wantURL || api.ServiceName(slim) != api.ServiceName(pod) || scrapable(slim) != scrapable(pod) || !scrapable(slim) {
+		t.Errorf("slim: %s %s %v; full: %s %s %v", gotURL, api.ServiceName(slim), scrapable(slim), wantURL, api.ServiceName(pod), scrapable(pod))
 	}
 	if len(slim.Annotations) != 2 || slim.Spec.Volumes != nil || slim.Spec.Containers[0].Env != nil || slim.Status.ContainerStatuses != nil {
 		t.Errorf("slim pod kept what the Informer never reads: %+v", slim)

@@ -110,11 +110,18 @@ func TestKubectlGleaner(t *testing.T) {
 		}
 	})
 	jobs := publishFixture(t, cp)
+	createNamespace(t, cp.client, servingNS)
+	publishServingFixture(t, cp)
 
 	for _, c := range []struct {
 		golden string
 		args   []string
 	}{
+		{"service-list.txt", []string{"service", "-n", servingNS}},
+		{"service-list-wide.txt", []string{"service", "-n", servingNS, "-o", "wide", "--days", "30"}},
+		{"service-chat.txt", []string{"service", "chat", "-n", servingNS}},
+		{"service-chat-30d.txt", []string{"service", "chat", "-n", servingNS, "--days", "30"}},
+		{"service-quiet.txt", []string{"services", "summarize", "-n", servingNS}},
 		{"status.txt", []string{"status", "-n", researchNS}},
 		{"status-wide.txt", []string{"status", "-n", researchNS, "-o", "wide", "--days", "30"}},
 		{"jobs.txt", []string{"jobs", "-n", researchNS}},
@@ -258,6 +265,10 @@ func TestKubectlGleaner(t *testing.T) {
 			{[]string{"describe", "nothing-like-it", "-n", researchNS}, `no best-effort job "nothing-like-it" in namespace research`},
 			{[]string{"jobs", "-o", "table"}, `--output "table": want json, yaml or wide`},
 			{[]string{"status", "--server", "https://127.0.0.1:1"}, "cannot reach the cluster at https://127.0.0.1:1"},
+			{[]string{"service", "-n", researchNS}, "namespace research has no inference service Gleaner keeps room for: it is not opted in as inference"},
+			{[]string{"service", "chat", "-n", researchNS}, `no inference service "chat" in namespace research: the namespace is not opted in as inference`},
+			{[]string{"service", "nope", "-n", servingNS}, `no inference service "nope" in namespace serving (kubectl gleaner service -n serving lists them)`},
+			{[]string{"service", "chat", "-n", servingNS, "--days", "32"}, "--days 32: want 1 to 31"},
 		} {
 			code, _, stderr := kubectlGleaner(t, cp, c.args...)
 			if code != 1 || !strings.Contains(stderr, c.says) {
@@ -344,6 +355,34 @@ func submitRefusesWhatTheClusterRefuses(t *testing.T, cp *controlPlane) {
 	if code != 0 || !strings.Contains(stdout, "State:") || !strings.Contains(stdout, "Refused: the cluster refuses its pods") || !strings.Contains(stdout, "2 (0 pods)") {
 		t.Errorf("describe job.batch/long-grace: exit %d\n%s%s", code, stdout, stderr)
 	}
+}
+
+// publishServingFixture publishes serving's report as the controller would
+// for a namespace opted in as inference: chat, whose replicas waited, one of
+// them over the budget nine days ago and one pending now; and summarize,
+// whose replicas have not been scheduled since the controller began counting.
+func publishServingFixture(t *testing.T, cp *controlPlane) {
+	t.Helper()
+	waits := func(scheduled, over, ms int64, pod string, when time.Duration) v1alpha1.WaitCounts {
+		return v1alpha1.WaitCounts{Scheduled: scheduled, OverBudget: over, LongestMilliseconds: ms, LongestPod: pod, LongestAt: atp(when)}
+	}
+	day := func(d time.Duration, c v1alpha1.WaitCounts) v1alpha1.DailyWaits {
+		return v1alpha1.DailyWaits{Date: cliNow.Add(d).Format(time.DateOnly), WaitCounts: c}
+	}
+	writeStatus(t, cp, v1alpha1.HarvestReportResource, servingNS, v1alpha1.HarvestReportName, "HarvestReport", &v1alpha1.HarvestReportStatus{
+		ObservedTime: at(-3 * time.Second), HarvestedGPUHours: "0.00", ReclaimBudgetMilliseconds: 130000,
+		Services: []v1alpha1.ServiceWaits{
+			{Name: "chat", Since: at(-10 * 24 * time.Hour), Replicas: 3, Pending: 1, PendingSince: atp(-40 * time.Second),
+				Waits: waits(41, 1, 142300, "chat-5f6d8-k2x9q", -9*24*time.Hour),
+				Daily: []v1alpha1.DailyWaits{
+					day(-9*24*time.Hour, waits(5, 1, 142300, "chat-5f6d8-k2x9q", -9*24*time.Hour)),
+					day(-3*24*time.Hour, waits(20, 0, 8200, "chat-5f6d8-abcde", -3*24*time.Hour)),
+					day(-24*time.Hour, waits(12, 0, 31400, "chat-5f6d8-p8r2m", -20*time.Hour)),
+					day(-time.Hour, waits(4, 0, 2100, "chat-7c9f4-x1y2z", -time.Hour)),
+				}},
+			{Name: "summarize", Since: at(-3 * 24 * time.Hour), Replicas: 1},
+		},
+	})
 }
 
 // publishFixture installs Gleaner's CRDs and publishes a pool and research's

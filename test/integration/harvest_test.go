@@ -351,6 +351,7 @@ func open(n int64) harvest.Verdict {
 // its service's GPUs closed, inference always wins, and a stale controller
 // heartbeat stops all lending.
 func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
+	controller.RegisterMetrics() // as the binary does: the owner's metrics are read below
 	env := startHarvestEnv(t)
 	chat0 := env.startChat()
 
@@ -496,6 +497,34 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 			t.Errorf("kubectl gleaner describe be-3: exit %d\n%s%s", code, stdout, stderr)
 		}
 
+		// serving is opted in as inference: its report holds chat's waits to
+		// be scheduled, within the budget, and its owner reads them with
+		// kubectl gleaner service; the controller's metrics say the same.
+		served := dynamic.NewForConfigOrDie(env.cp.config).Resource(v1alpha1.HarvestReportResource).Namespace(servingNS)
+		owner := waitPublished(t, served, v1alpha1.HarvestReportName, "serving's HarvestReport to count chat-1's wait", 15*time.Second,
+			func(r *v1alpha1.HarvestReport) bool {
+				chat := serviceNamed(*r, "chat")
+				return chat != nil && chat.Waits.Scheduled >= 1
+			})
+		budget := scrapeInterval + reclaim.DefaultMaxGrace + controller.ReclaimBudgetSlack
+		// Waits are counted in whole seconds, as the API server keeps times.
+		testBudget := scrapeInterval + graceSeconds*time.Second + 5*time.Second + time.Second
+		chat := serviceNamed(owner, "chat")
+		t.Logf("serving's report: chat's %d replicas scheduled waited at most %d ms (%s), %d over the %v budget",
+			chat.Waits.Scheduled, chat.Waits.LongestMilliseconds, chat.Waits.LongestPod, chat.Waits.OverBudget, budget)
+		if owner.Status.ReclaimBudgetMilliseconds != budget.Milliseconds() || chat.Waits.OverBudget != 0 || chat.Waits.LongestPod == "" ||
+			chat.Waits.LongestMilliseconds > testBudget.Milliseconds() || len(chat.Daily) != 1 || chat.Daily[0].Scheduled != chat.Waits.Scheduled || chat.Replicas != 2 {
+			t.Errorf("serving's report: budget %d ms, chat %+v; want a budget of %v and chat's 2 replicas, none over it", owner.Status.ReclaimBudgetMilliseconds, chat, budget)
+		}
+		code, stdout, stderr = kubectlGleaner(t, env.cp, "service", "chat", "-n", servingNS)
+		if code != 0 || !strings.Contains(stdout, "Reclaim budget 2m6s") || !strings.Contains(stdout, "none over the reclaim budget") {
+			t.Errorf("kubectl gleaner service chat: exit %d\n%s%s", code, stdout, stderr)
+		}
+		overBudget, err := gathered("gleaner_service_scheduling_waits_over_budget_total", map[string]string{"namespace": servingNS, "service": "chat"})
+		if err != nil || overBudget != 0 || gatheredValue(t, "gleaner_reclaim_budget_seconds", nil) != budget.Seconds() {
+			t.Errorf("chat's waits over budget %v (%v), budget %v s; want 0 of %v", overBudget, err, gatheredValue(t, "gleaner_reclaim_budget_seconds", nil), budget.Seconds())
+		}
+
 		// kubectl get gpupools prints the pool's columns.
 		table := getTable(t, env.cp, "/apis/gleaner.dev/v1alpha1/gpupools")
 		var columns []string
@@ -600,6 +629,16 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		}
 		t.Logf("be-wide bound %v after gpu-b opened for 8 GPUs", time.Since(opened).Round(time.Millisecond))
 	})
+}
+
+// serviceNamed is the report's inference service of that name, or nil.
+func serviceNamed(r v1alpha1.HarvestReport, name string) *v1alpha1.ServiceWaits {
+	for i := range r.Status.Services {
+		if r.Status.Services[i].Name == name {
+			return &r.Status.Services[i]
+		}
+	}
+	return nil
 }
 
 // jobNamed is the report's job of that name, or nil.

@@ -5,8 +5,10 @@
 // writes them, nobody else does, and nothing in them moves Gleaner.
 //
 // A GPUPool holds pool totals and per-node GPU states, nothing about any
-// tenant; a HarvestReport holds one namespace's jobs and GPU-hours, readable
-// by whoever may read that namespace (it aggregates to the view ClusterRole).
+// tenant; a HarvestReport holds one namespace's jobs and GPU-hours and, in a
+// namespace opted in as inference, how long its services' replicas waited
+// for GPUs, readable by whoever may read that namespace (it aggregates to
+// the view ClusterRole).
 package v1alpha1
 
 import (
@@ -199,7 +201,9 @@ type Price struct {
 }
 
 // HarvestReport is one namespace's best-effort jobs on Gleaner's GPUs and
-// what they harvested. Its name is HarvestReportName.
+// what they harvested and, in a namespace opted in as inference, how long
+// its services' replicas waited to be scheduled on the pool. Its name is
+// HarvestReportName.
 type HarvestReport struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -222,6 +226,57 @@ type HarvestReportStatus struct {
 	Daily []DailyHarvest `json:"daily,omitempty"`
 	// Jobs are the namespace's jobs, newest first (at most MaxJobs).
 	Jobs []Job `json:"jobs,omitempty"`
+	// ReclaimBudgetMilliseconds is the reclaim budget the services' waits
+	// are judged by: the longest an inference replica should wait for lent
+	// GPUs to come back (a planning round to see it, the grace cap of the
+	// best-effort pods evicted for it, and a few seconds for the scheduler
+	// and the kubelet). Set in namespaces with services.
+	ReclaimBudgetMilliseconds int64 `json:"reclaimBudgetMilliseconds,omitempty"`
+	// Services are the namespace's inference services (a namespace opted in
+	// as inference), by name (at most MaxServices; ServicesTruncated says
+	// when more were left out).
+	Services          []ServiceWaits `json:"services,omitempty"`
+	ServicesTruncated bool           `json:"servicesTruncated,omitempty"`
+}
+
+// ServiceWaits is how long one inference service's replicas waited to be
+// scheduled on the pool's nodes, from each pod's creation until it was
+// scheduled: whatever held it up (lent GPUs being taken back, a pool full of
+// inference, its own constraints).
+type ServiceWaits struct {
+	// Name is the service (gleaner.dev/service, default its Deployment).
+	Name string `json:"name"`
+	// Since is when the controller began counting the service's waits.
+	Since metav1.Time `json:"since"`
+	// Replicas counts its inference pods now; Pending those not yet
+	// scheduled, the oldest created at PendingSince.
+	Replicas     int32        `json:"replicas"`
+	Pending      int32        `json:"pending"`
+	PendingSince *metav1.Time `json:"pendingSince,omitempty"`
+	// Waits are its replicas scheduled on pool nodes since Since.
+	Waits WaitCounts `json:"waits"`
+	// Daily are the same per UTC day, for the days any was scheduled,
+	// oldest first (at most MaxDays).
+	Daily []DailyWaits `json:"daily,omitempty"`
+}
+
+// WaitCounts count replicas scheduled on pool nodes and how long they waited.
+type WaitCounts struct {
+	// Scheduled counts the replicas; OverBudget those that waited longer
+	// than the reclaim budget of the time.
+	Scheduled  int64 `json:"scheduled"`
+	OverBudget int64 `json:"overBudget"`
+	// LongestMilliseconds is the longest wait, of the replica LongestPod,
+	// scheduled at LongestAt.
+	LongestMilliseconds int64        `json:"longestMilliseconds"`
+	LongestPod          string       `json:"longestPod,omitempty"`
+	LongestAt           *metav1.Time `json:"longestAt,omitempty"`
+}
+
+// DailyWaits are one UTC day's waits.
+type DailyWaits struct {
+	Date       string `json:"date"`
+	WaitCounts `json:",inline"`
 }
 
 // DailyHarvest is one UTC day's harvest.
@@ -310,4 +365,5 @@ const (
 	MaxEvents     = 40
 	MaxDays       = 31
 	MaxMessage    = 256
+	MaxServices   = 50
 )
