@@ -18,9 +18,9 @@ import (
 )
 
 // installAdmissionPolicies creates the chart's admission policies named, as
-// rendered with values, and waits until the API server enforces the last
-// (each one loads apart: probe says whether one is in force yet).
-func installAdmissionPolicies(t *testing.T, env *harvestEnv, values map[string]any, names ...string) {
+// rendered with values over the defaults, and returns what deletes them. The
+// API server enforces each once it has loaded it: the caller waits for that.
+func installAdmissionPolicies(t *testing.T, env *harvestEnv, values map[string]any, names ...string) (remove func()) {
 	t.Helper()
 	rendered, err := chart.RenderChart(filepath.Join(repoRoot(t), "charts", "gleaner"), values, api.SystemNamespace)
 	if err != nil {
@@ -55,6 +55,12 @@ func installAdmissionPolicies(t *testing.T, env *harvestEnv, values map[string]a
 	if created != len(names) {
 		t.Fatalf("the chart renders %d of the policies %v", created, names)
 	}
+	return func() {
+		for _, n := range names {
+			_ = reg.ValidatingAdmissionPolicyBindings().Delete(env.ctx, n, metav1.DeleteOptions{})
+			_ = reg.ValidatingAdmissionPolicies().Delete(env.ctx, n, metav1.DeleteOptions{})
+		}
+	}
 }
 
 // Opting a namespace out of Gleaner (gleaner.dev/inference=false) leaves its
@@ -66,8 +72,8 @@ func installAdmissionPolicies(t *testing.T, env *harvestEnv, values map[string]a
 func TestOptingOutLeavesRunningServicesAlone(t *testing.T) {
 	env := startHarvestEnv(t)
 	chat0 := env.startChat()
-	installAdmissionPolicies(t, env, map[string]any{"inferenceNamespaces": []any{"listed"}},
-		"gleaner-inference-priority", "gleaner-pool-gpus", "gleaner-inference-opt-out")
+	defer installAdmissionPolicies(t, env, map[string]any{"inferenceNamespaces": []any{"listed"}},
+		"gleaner-inference-priority", "gleaner-pool-gpus", "gleaner-inference-opt-out")()
 	for _, ns := range []string{"listed", "unlisted"} {
 		createNamespace(t, env.client, ns)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,37 +23,7 @@ import (
 // gleaner-scheduler still does.
 func poolPaths(t *testing.T, env *harvestEnv) {
 	t.Helper() // its lines are the fault scenario's: make test-faults shows them
-	const policy = "gleaner-pool-gpus"
-	reg := env.client.AdmissionregistrationV1()
-	installed := false
-	for _, obj := range readRepoObjects(t, "manifests/base/admission/policies.yaml") {
-		if obj.GetName() != policy {
-			continue
-		}
-		switch obj.GetKind() {
-		case "ValidatingAdmissionPolicy":
-			var p admissionregistrationv1.ValidatingAdmissionPolicy
-			fromUnstructured(t, obj, &p)
-			if _, err := reg.ValidatingAdmissionPolicies().Create(env.ctx, &p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			installed = true
-		case "ValidatingAdmissionPolicyBinding":
-			var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			fromUnstructured(t, obj, &b)
-			if _, err := reg.ValidatingAdmissionPolicyBindings().Create(env.ctx, &b, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	defer func() {
-		_ = reg.ValidatingAdmissionPolicyBindings().Delete(env.ctx, policy, metav1.DeleteOptions{})
-		_ = reg.ValidatingAdmissionPolicies().Delete(env.ctx, policy, metav1.DeleteOptions{})
-	}()
-	if !installed {
-		t.Logf("manifests/ ship no %s policy", policy)
-	}
-
+	defer installAdmissionPolicies(t, env, nil, "gleaner-pool-gpus")()
 	grace := int64(24 * 3600)
 	ordinary := func(name string) *v1.Pod {
 		return &v1.Pod{
@@ -74,12 +43,10 @@ func poolPaths(t *testing.T, env *harvestEnv) {
 	attempts := []*v1.Pod{viaDefault, withSelector, viaOther, preset}
 
 	// The API server enforces a policy once it has loaded it.
-	if installed {
-		waitFor(t, "the policy in force", 20*time.Second, func() bool {
-			_, err := env.client.CoreV1().Pods(researchNS).Create(env.ctx, preset, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
-		})
-	}
+	waitFor(t, "the policy in force", 20*time.Second, func() bool {
+		_, err := env.client.CoreV1().Pods(researchNS).Create(env.ctx, preset, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+	})
 	refused := 0
 	var created []string
 	for _, p := range attempts {
