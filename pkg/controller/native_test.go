@@ -27,7 +27,9 @@ func TestNativeGroupsReadOnlyWhereServed(t *testing.T) {
 	client := fake.NewClientset(pg)
 	client.Resources = []*metav1.APIResourceList{{GroupVersion: "scheduling.k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "podgroups", Namespaced: true, Kind: "PodGroup"}}}}
 	on := &Controller{client: client}
-	defer on.startNativeGroups(ctx)()
+	stop := on.startNativeGroups(ctx)
+	// The informer stops when ctx ends; only then may stop wait for it.
+	defer func() { cancel(); stop() }()
 	if on.nativeGroups == nil {
 		t.Fatal("native PodGroups not read from an API server that serves them")
 	}
