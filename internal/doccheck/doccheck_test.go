@@ -222,7 +222,7 @@ var otherFlags = map[string]string{
 	"server-side": "kubectl apply", "field-selector": "kubectl get", "set": "helm", "reuse-values": "helm",
 	"create-namespace": "helm", "skip-crds": "helm", "manifest": "kubectl krew install",
 	"from": "argo submit", "max-restarts": "torchrun", "enable-sleep-mode": "vllm serve", "set-json": "helm",
-	"oidc-issuer-url": "kube-apiserver", "reset-then-reuse-values": "helm",
+	"oidc-issuer-url": "kube-apiserver", "reset-then-reuse-values": "helm", "runtime-config": "kube-apiserver",
 }
 
 // TestGuidesNameWhatExists: every kubectl gleaner subcommand and flag the

@@ -11,7 +11,7 @@ const LabelWorkflow = "workflows.argoproj.io/workflow"
 // JobOf names a pod's job, as people know it: its pod group, its Argo
 // workflow, its controller (a Job, a JobSet...), or the pod itself.
 func JobOf(p *v1.Pod) (kind, name string) {
-	if g := p.Labels[LabelPodGroup]; g != "" {
+	if _, g, ok := GangOf(p); ok {
 		return "PodGroup", g
 	}
 	if w := p.Labels[LabelWorkflow]; w != "" {

@@ -25,6 +25,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	schedlisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -104,7 +105,9 @@ type Config struct {
 	Heartbeat HeartbeatLease
 	// PodGroups reads the scheduler-plugins PodGroups, for each gang's quorum
 	// (minMember): an elastic gang sheds members above it instead of going
-	// whole. Nil, or a PodGroup not (yet) seen: the gang goes whole.
+	// whole. Nil, or a PodGroup not (yet) seen: the gang goes whole. Native
+	// PodGroups (minCount) are read through Client, when the API server
+	// serves them.
 	PodGroups pgclientset.Interface
 	// Status configures the GPUPool and HarvestReports published for people.
 	Status StatusConfig
@@ -236,13 +239,16 @@ type Controller struct {
 	// the CRD may be missing, and a gang whose PodGroup is not seen goes whole.
 	podGroups pglisters.PodGroupLister
 	pgFactory pginformers.SharedInformerFactory
-	load      loadSource
-	evictor   *evict.Evictor
-	broadcast record.EventBroadcaster
-	recorder  record.EventRecorder
-	planner   *round.Planner
-	heartbeat *heartbeat
-	progress  *watchProgress
+	// nativeGroups reads native PodGroups; nil when the API server does not
+	// serve them (set once, by Run, before any round: startNativeGroups).
+	nativeGroups schedlisters.PodGroupLister
+	load         loadSource
+	evictor      *evict.Evictor
+	broadcast    record.EventBroadcaster
+	recorder     record.EventRecorder
+	planner      *round.Planner
+	heartbeat    *heartbeat
+	progress     *watchProgress
 	// ledger keeps each namespace's harvest and jobs, and each inference
 	// service's waits; status publishes them.
 	ledger *ledger.Ledger
@@ -359,6 +365,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	go wait.UntilWithContext(ctx, func(context.Context) { roundAge.Set(c.heartbeat.age().Seconds()) }, time.Second)
 
+	defer c.startNativeGroups(ctx)()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if c.pgFactory != nil {
@@ -566,7 +573,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
 			cand := reclaim.NewCandidate(p, c.cfg.GPUResource, now, c.cfg.MaxReclaimGrace, &c.terminations)
-			cand.Quorum = evict.Quorum(c.podGroups, p.Namespace, p.Labels[api.LabelPodGroup])
+			cand.Quorum = evict.GangQuorum(c.podGroups, c.nativeGroups, p)
 			out = append(out, cand)
 		}
 		return out

@@ -184,7 +184,7 @@ func refusedUnit(p *v1.Pod, refused []*v1.Pod) bool {
 		if r.UID == p.UID {
 			return true
 		}
-		if g := r.Labels[api.LabelPodGroup]; g != "" && r.Namespace == p.Namespace && p.Labels[api.LabelPodGroup] == g {
+		if g := api.GangKey(r); g != "" && api.GangKey(p) == g {
 			return true
 		}
 	}

@@ -10,14 +10,14 @@ import (
 )
 
 // Unit is what is evicted together: one best-effort pod, or every live member
-// of a gang (pods sharing a scheduler-plugins PodGroup label in one namespace,
-// wherever they run). Evicting one member of a rigid gang stops the whole job,
+// of a gang (pods naming one PodGroup, native or scheduler-plugins, in one
+// namespace, wherever they run: api.GangKey). Evicting one member of a rigid gang stops the whole job,
 // so sparing the others would only keep GPUs busy with work that cannot
 // progress. An elastic gang (more live members than its quorum) may instead
 // shed members one at a time, each its own Unit, down to its quorum.
 type Unit struct {
-	// Key is namespace/pod-group for a gang, namespace/name for a lone pod,
-	// namespace/pod-group/name for one member an elastic gang sheds.
+	// Key is the gang's api.GangKey for a gang, namespace/name for a lone pod,
+	// the gang's key/name for one member an elastic gang sheds.
 	Key     string
 	Members []Candidate
 	// LostWork sums the members' lost work.
@@ -91,9 +91,9 @@ func Units(candidates []Candidate) []Unit {
 		if c.Pod.DeletionTimestamp != nil {
 			continue
 		}
-		key := c.Pod.Namespace + "/" + c.Pod.Name
-		if g := c.Pod.Labels[api.LabelPodGroup]; g != "" {
-			key = c.Pod.Namespace + "/" + api.LabelPodGroup + "=" + g
+		key := api.GangKey(c.Pod)
+		if key == "" {
+			key = c.Pod.Namespace + "/" + c.Pod.Name
 		}
 		u, ok := byKey[key]
 		if !ok {
@@ -305,7 +305,7 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 	var inGangs []int
 	for i, c := range candidates {
 		onNode[c.Pod.Spec.NodeName] = append(onNode[c.Pod.Spec.NodeName], i)
-		if c.Pod.Labels[api.LabelPodGroup] != "" {
+		if api.GangKey(c.Pod) != "" {
 			inGangs = append(inGangs, i)
 		}
 	}
@@ -318,7 +318,7 @@ func Take(owed []Owed, candidates []Candidate, evict func(Candidate, Owed) error
 			case c.Pod.DeletionTimestamp == nil && !gone[c.Pod]:
 				// Only a unit with a member on the node can free GPUs there:
 				// a lone pod elsewhere is no use to this node.
-				if c.Pod.Spec.NodeName == o.Node || c.Pod.Labels[api.LabelPodGroup] != "" {
+				if c.Pod.Spec.NodeName == o.Node || api.GangKey(c.Pod) != "" {
 					live = append(live, c)
 				}
 			case c.Pod.Spec.NodeName == o.Node && !c.Overdue:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -356,5 +357,44 @@ func BenchmarkTakeLargeElasticGang(b *testing.B) {
 		if len(left) != 0 || len(errs) != 0 || len(evicted) == 0 {
 			b.Fatalf("evicted %d, still owed %v, errors %v", len(evicted), left, errs)
 		}
+	}
+}
+
+// native makes c a member of the native PodGroup group (spec.schedulingGroup).
+func native(group string, c Candidate) Candidate {
+	c.Pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+	return c
+}
+
+// Members of a native PodGroup are a gang as scheduler-plugins members are:
+// taken whole, or shed down to their quorum (minCount). A native group and a
+// scheduler-plugins group of one name are two gangs, and a pod that names
+// both is a member of its native group only.
+func TestTakeTreatsNativePodGroupsAsGangs(t *testing.T) {
+	rigid := []Candidate{
+		native("train", member("n-0", "n1", "", 2, time.Minute)),
+		native("train", member("n-1", "n2", "", 2, time.Minute)),
+		member("x-0", "n2", "train", 2, time.Minute), // the scheduler-plugins group "train"
+		native("train", member("both", "n3", "train", 2, time.Minute)),
+	}
+	var tried []string
+	_, stillOwed, _ := Take([]Owed{{Node: "n1", GPUs: 2}}, rigid, func(m Candidate, _ Owed) error {
+		tried = append(tried, m.Pod.Name)
+		return nil
+	})
+	if want := []string{"both", "n-0", "n-1"}; !reflect.DeepEqual(tried, want) || len(stillOwed) != 0 {
+		t.Fatalf("evictions %v (still owed %v), want the native gang whole %v", tried, stillOwed, want)
+	}
+
+	elastic := quorum(2,
+		native("train", member("e-0", "n1", "", 2, time.Minute)),
+		native("train", member("e-1", "n2", "", 2, time.Minute)),
+		native("train", member("e-2", "n3", "", 2, time.Minute)))
+	tried = nil
+	if _, _, _ = Take([]Owed{{Node: "n1", GPUs: 2}}, elastic, func(m Candidate, _ Owed) error {
+		tried = append(tried, m.Pod.Name)
+		return nil
+	}); !reflect.DeepEqual(tried, []string{"e-0"}) {
+		t.Fatalf("evictions %v, want [e-0]: a native gang above its minCount sheds a member", tried)
 	}
 }

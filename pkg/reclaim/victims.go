@@ -40,7 +40,8 @@ type Candidate struct {
 	// chosen among prepared pods first.
 	Prepared bool
 	// Quorum is, for a gang member, the members its gang needs to keep
-	// running (its PodGroup's minMember, read by Quorum): a gang with more
+	// running (its PodGroup's minMember or native minCount, read by
+	// evict.GangQuorum): a gang with more
 	// live members is elastic and sheds members above it one at a time. 0
 	// (unknown, or not a gang) evicts a gang whole.
 	Quorum int32

@@ -191,7 +191,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	var held []Notice
 	holdable := func(c reclaim.Candidate) bool {
 		g, ok := p.given[c.Pod.UID]
-		return ok && g.At.After(v.now) && c.Pod.Labels[api.LabelPodGroup] == ""
+		return ok && g.At.After(v.now) && api.GangKey(c.Pod) == ""
 	}
 	for {
 		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {

@@ -134,6 +134,21 @@ type gangEnv struct {
 // assumed while waiting at Permit).
 func newGangEnv(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods, assumed []*v1.Pod) *gangEnv {
 	t.Helper()
+	return newGangEnvWith(t, groups, apiPods, nil, internalcache.NewSnapshot(assumed, testNodes()))
+}
+
+func testNodes() []*v1.Node {
+	var nodes []*v1.Node
+	for _, n := range []string{"n1", "n2", "n3"} {
+		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	return nodes
+}
+
+// newGangEnvWith is newGangEnv with more plugins registered beside Gang, more
+// framework options, and the scheduler's snapshot given.
+func newGangEnvWith(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods []*v1.Pod, extra []tf.RegisterPluginFunc, snapshot *internalcache.Snapshot, opts ...frameworkruntime.Option) *gangEnv {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var objs []runtime.Object
@@ -159,20 +174,18 @@ func newGangEnv(t *testing.T, groups []*schedv1alpha1.PodGroup, apiPods, assumed
 		env.gang = g
 		return g, err
 	}
-	var nodes []*v1.Node
-	for _, n := range []string{"n1", "n2", "n3"} {
-		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
-	}
-	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+	fw, err := tf.NewFramework(ctx, append([]tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
 		tf.RegisterPluginAsExtensions(Name, factory, "PreFilter", "Reserve", "Permit"),
-	}, "gleaner-scheduler",
-		frameworkruntime.WithClientSet(client),
-		frameworkruntime.WithInformerFactory(informerFactory),
-		frameworkruntime.WithSnapshotSharedLister(internalcache.NewSnapshot(assumed, nodes)),
-		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
-		frameworkruntime.WithPodActivator(env.activated),
+	}, extra...), "gleaner-scheduler",
+		append([]frameworkruntime.Option{
+			frameworkruntime.WithClientSet(client),
+			frameworkruntime.WithInformerFactory(informerFactory),
+			frameworkruntime.WithSnapshotSharedLister(snapshot),
+			frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+			frameworkruntime.WithPodActivator(env.activated),
+		}, opts...)...,
 	)
 	if err != nil {
 		t.Fatal(err)

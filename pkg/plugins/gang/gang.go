@@ -4,6 +4,14 @@
 // have one, and then all are bound together. A group that cannot fully fit
 // gives its GPUs back when its timeout passes and backs off for as long, so
 // other jobs can use them meanwhile.
+//
+// A pod that names a native PodGroup in spec.schedulingGroup (scheduling.k8s.io,
+// feature gate GenericWorkload) is not Gang's: with the gate on, the in-tree
+// GangScheduling plugin, which then joins every profile, places its group
+// whole, and Gang skips it. Gang refuses, at PreFilter, a pod that names both
+// kinds of group (it cannot be in two gangs), and, with the gate off, a pod
+// that names a native group (nothing in this scheduler would place its group
+// whole). So no pod is ever under two gang mechanisms, nor under none it asks for.
 package gang
 
 import (
@@ -16,10 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/clock"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -41,6 +51,14 @@ const (
 	ErrReasonTooFewPods  = "pod group has fewer pods than minMember"
 	ErrReasonBackingOff  = "pod group timed out waiting for all members and is backing off"
 	ErrReasonSiblingLost = "another member of the pod group was rejected"
+	// ErrReasonTwoGangs: the pod names a native PodGroup and a scheduler-plugins one.
+	ErrReasonTwoGangs = "pod names two pod groups, a native one in spec.schedulingGroup and a scheduler-plugins one in the label " +
+		api.LabelPodGroup + "; a pod may be in one gang only: remove one of them"
+	// ErrReasonNativeGangsOff: the pod names a native PodGroup, and this
+	// scheduler runs without the gate that places such groups whole.
+	ErrReasonNativeGangsOff = "pod names a native PodGroup in spec.schedulingGroup, but gleaner-scheduler runs without the " +
+		"GenericWorkload feature gate, so nothing would place its group whole: run gleaner-scheduler with " +
+		"--feature-gates=GenericWorkload=true, or name a scheduler-plugins PodGroup in the label " + api.LabelPodGroup + " instead"
 )
 
 // Args configures Gang.
@@ -72,6 +90,9 @@ type Gang struct {
 	groups  pglisters.PodGroupLister
 	timeout time.Duration
 	clock   clock.WithDelayedExecution
+	// nativeGangs: the GenericWorkload gate is on, so the in-tree
+	// GangScheduling plugin places native PodGroups whole.
+	nativeGangs bool
 
 	// assumedOn holds, per member this scheduler assumed and that is not yet
 	// seen bound (types.UID), the node it was assumed on: where Permit looks
@@ -147,6 +168,9 @@ func newWithClient(ctx context.Context, args Args, h fwk.Handle, client pgclient
 		timeout: time.Duration(*args.DefaultTimeoutSeconds) * time.Second,
 		clock:   clk,
 		backoff: map[string]time.Time{},
+		// The gate that adds GangScheduling to the profile, read as the
+		// framework reads it.
+		nativeGangs: utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload),
 	}
 	// A member seen bound, or gone, is no longer only assumed.
 	if _, err := pods.AddEventHandler(cache.FilteringResourceEventHandler{
@@ -232,14 +256,34 @@ func (g *Gang) pendingMembers(namespace, name string, skip types.UID) map[string
 	return pending
 }
 
-func groupOf(pod *v1.Pod) string { return pod.Labels[api.LabelPodGroup] }
+// groupOf is the scheduler-plugins PodGroup whose gang pod is in, or "": a
+// pod that names a native PodGroup is never a member, even if it has the label
+// too (PreFilter refuses it), so it neither counts towards nor releases a
+// scheduler-plugins gang.
+func groupOf(pod *v1.Pod) string {
+	if api.NativeGroupOf(pod) != "" {
+		return ""
+	}
+	return pod.Labels[api.LabelPodGroup]
+}
 
 func groupKey(namespace, name string) string { return namespace + "/" + name }
 
 // PreFilter skips pods outside a group and rejects members of a group that
 // cannot be complete: missing PodGroup, fewer pods than minMember, or a group
-// backing off after a timeout.
+// backing off after a timeout. A pod that names a native PodGroup is skipped
+// when the in-tree GangScheduling places such groups, and refused otherwise,
+// or when it names a scheduler-plugins PodGroup too.
 func (g *Gang) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if native := api.NativeGroupOf(pod); native != "" {
+		switch {
+		case pod.Labels[api.LabelPodGroup] != "":
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonTwoGangs)
+		case !g.nativeGangs:
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonNativeGangsOff)
+		}
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	name := groupOf(pod)
 	if name == "" {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -433,12 +477,31 @@ func (g *Gang) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Statu
 	return nil, nil
 }
 
-// EventsToRegister: a rejected member may fit when another member appears. A
+// EventsToRegister: a rejected member may fit when another member appears,
+// and a pod refused for naming two groups when its label is taken off. A
 // PodGroup appearing and a backoff ending are handled by activateGroup.
 func (g *Gang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.UpdatePodLabel}, QueueingHintFn: isSchedulableAfterLabelRemoved},
 	}, nil
+}
+
+// isSchedulableAfterLabelRemoved queues a pod refused for naming both a native
+// and a scheduler-plugins PodGroup once it names only one.
+func isSchedulableAfterLabelRemoved(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	old, oldOK := oldObj.(*v1.Pod)
+	updated, ok := newObj.(*v1.Pod)
+	if !ok || !oldOK {
+		return fwk.Queue, fmt.Errorf("expected *v1.Pod, got %T and %T", oldObj, newObj)
+	}
+	if updated.UID != pod.UID || api.NativeGroupOf(updated) == "" {
+		return fwk.QueueSkip, nil
+	}
+	if old.Labels[api.LabelPodGroup] != "" && updated.Labels[api.LabelPodGroup] == "" {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
 }
 
 func isSchedulableAfterMemberAdded(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
