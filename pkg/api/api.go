@@ -9,8 +9,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 const (
@@ -164,14 +164,44 @@ func ServiceName(pod *v1.Pod) string {
 }
 
 // PodGPUs is the pod's effective request of the given resource (containers, init
-// containers and overhead combined the way the scheduler counts them).
-func PodGPUs(pod *v1.Pod, resource v1.ResourceName) int64 {
-	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	q, ok := reqs[resource]
-	if !ok {
-		return 0
+// containers and overhead combined the way the scheduler counts them):
+//
+//	max(containers + sidecars, each init container + the sidecars before it) + overhead
+//
+// as resourcehelper.PodRequests counts it for an extended resource (pod-level
+// resources do not take one), for one resource alone: a round asks it of
+// every pod on the fleet several times, and building every resource's list
+// for every pod was most of a round's cost (BenchmarkDecideFleet).
+func PodGPUs(pod *v1.Pod, name v1.ResourceName) int64 {
+	var sum, sidecars, inits resource.Quantity
+	for i := range pod.Spec.Containers {
+		if q, ok := pod.Spec.Containers[i].Resources.Requests[name]; ok {
+			sum.Add(q)
+		}
 	}
-	return q.Value()
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q := c.Resources.Requests[name]
+		var use resource.Quantity
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			sum.Add(q)
+			sidecars.Add(q)
+			use = sidecars.DeepCopy()
+		} else {
+			use = q.DeepCopy()
+			use.Add(sidecars)
+		}
+		if use.Cmp(inits) > 0 {
+			inits = use
+		}
+	}
+	if inits.Cmp(sum) > 0 {
+		sum = inits
+	}
+	if q, ok := pod.Spec.Overhead[name]; ok {
+		sum.Add(q)
+	}
+	return sum.Value()
 }
 
 // NodeReady reports whether a node's Ready condition is True: a node whose

@@ -1,12 +1,17 @@
 package api
 
 import (
+	"math/rand/v2"
+
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	resourcehelper "k8s.io/component-helpers/resource"
+
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -55,5 +60,44 @@ func TestReadStop(t *testing.T) {
 				t.Fatalf("Stopped %v Drain %v for %+v", got.Stopped(), got.Drain(), got)
 			}
 		})
+	}
+}
+
+// PodGPUs counts what the scheduler's own helper counts, for random pods of
+// containers, init containers, sidecars and overhead, the resource asked for
+// or not.
+func TestPodGPUsCountsAsTheScheduler(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	quantities := []string{"0", "1", "2", "4", "8", "1500m"}
+	container := func() v1.Container {
+		c := v1.Container{Resources: v1.ResourceRequirements{Requests: v1.ResourceList{}}}
+		if rng.IntN(4) > 0 {
+			c.Resources.Requests[GPUResource] = resource.MustParse(quantities[rng.IntN(len(quantities))])
+		}
+		if rng.IntN(2) == 0 {
+			c.Resources.Requests[v1.ResourceCPU] = resource.MustParse("3")
+		}
+		return c
+	}
+	always := v1.ContainerRestartPolicyAlways
+	for i := range 5000 {
+		pod := &v1.Pod{}
+		for range rng.IntN(4) {
+			pod.Spec.Containers = append(pod.Spec.Containers, container())
+		}
+		for range rng.IntN(4) {
+			c := container()
+			if rng.IntN(2) == 0 {
+				c.RestartPolicy = &always
+			}
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+		}
+		if rng.IntN(3) == 0 {
+			pod.Spec.Overhead = v1.ResourceList{GPUResource: resource.MustParse(quantities[rng.IntN(len(quantities))])}
+		}
+		want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[GPUResource]
+		if got := PodGPUs(pod, GPUResource); got != want.Value() {
+			t.Fatalf("pod %d %+v: PodGPUs %d, the scheduler's helper %d", i, pod.Spec, got, want.Value())
+		}
 	}
 }

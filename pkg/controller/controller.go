@@ -439,24 +439,12 @@ func (c *Controller) Sync(ctx context.Context) error {
 
 func (c *Controller) sync(ctx context.Context) error {
 	now := c.cfg.Clock.Now()
+	stop := c.heartbeat.readStop(ctx) // an API call: before the plan is timed
 	cpuStart, cpuOK := threadCPU()
 	wallStart := time.Now()
-	stop := c.heartbeat.readStop(ctx)
-	o, err := c.observe(ctx, now)
+	o, d, err := c.decide(ctx, now, stop)
 	if err != nil {
 		return err
-	}
-	o.stop, o.Drain = stop, stop.Drain()
-	c.account(ctx, now, o)
-	d := c.planner.Plan(o.Observation)
-	c.observePlan(now, o, d)
-	for _, s := range d.Services {
-		c.report(s.Key, append(o.problems[s.Key], s.Problems...))
-	}
-	for key := range c.reported {
-		if !c.services[key] {
-			delete(c.reported, key) // a service gone; seen again, its problems are news
-		}
 	}
 	// Observing and planning make no API calls: their cost is the round's
 	// own, whatever the API server's latency.
@@ -470,6 +458,28 @@ func (c *Controller) sync(ctx context.Context) error {
 	klog.FromContext(ctx).V(2).Info("Planned round", "nodes", len(o.Nodes), "services", len(d.Services),
 		"reclaims", len(d.Reclaims), "planSeconds", planWall.Seconds(), "planCPUSeconds", planCPU.Seconds())
 	return c.act(ctx, now, o, d)
+}
+
+// decide observes the cluster and plans the round, under the admin's stop:
+// everything a round does before its API calls.
+func (c *Controller) decide(ctx context.Context, now time.Time, stop api.Stop) (observed, round.Decision, error) {
+	o, err := c.observe(ctx, now)
+	if err != nil {
+		return observed{}, round.Decision{}, err
+	}
+	o.stop, o.Drain = stop, stop.Drain()
+	c.account(ctx, now, o)
+	d := c.planner.Plan(o.Observation)
+	c.observePlan(now, o, d)
+	for _, s := range d.Services {
+		c.report(s.Key, append(o.problems[s.Key], s.Problems...))
+	}
+	for key := range c.reported {
+		if !c.services[key] {
+			delete(c.reported, key) // a service gone; seen again, its problems are news
+		}
+	}
+	return o, d, nil
 }
 
 // observed is one round's view of the cluster: the round's Observation and

@@ -65,7 +65,7 @@ type testCluster struct {
 	actions []k8stesting.Action
 }
 
-func newTestCluster(t *testing.T, cfg Config) *testCluster {
+func newTestCluster(t testing.TB, cfg Config) *testCluster {
 	t.Helper()
 	RegisterMetrics() // as the binary does: series are created, and deleted, for real
 	tc := &testCluster{
@@ -102,7 +102,7 @@ func newTestCluster(t *testing.T, cfg Config) *testCluster {
 
 // set makes objs the whole cluster: in the fake API and in the listers. A
 // node keeps the verdict the controller last published on it.
-func (tc *testCluster) set(t *testing.T, objs ...runtime.Object) {
+func (tc *testCluster) set(t testing.TB, objs ...runtime.Object) {
 	t.Helper()
 	tracker := tc.client.Tracker()
 	gvrs := map[string]schema.GroupVersionResource{

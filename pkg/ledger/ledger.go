@@ -230,15 +230,7 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 	var alive, running, succeeded, failed int32
 	// Only the pods there are now are remembered: a job that runs as many
 	// pods over its life (a workflow's steps) does not grow the ledger.
-	present := make(map[types.UID]bool, len(pods))
-	for _, p := range pods {
-		present[p.UID] = true
-	}
-	for uid := range j.pods {
-		if !present[uid] {
-			delete(j.pods, uid)
-		}
-	}
+	j.forgetGone(pods)
 	for _, p := range pods {
 		ps := j.seen(p)
 		g := api.PodGPUs(p, l.GPUResource)
@@ -321,6 +313,29 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 	if running == 0 && j.ReclaimNotice != nil {
 		j.ReclaimNotice = nil
 		n.changed = true
+	}
+}
+
+// forgetGone drops the pods the job has seen that are not among pods. Most
+// jobs have a pod or a few, and a round asks this of every job: a map of
+// the pods present is built only for the few jobs with many.
+func (j *job) forgetGone(pods []*v1.Pod) {
+	if len(pods) <= 8 {
+		for uid := range j.pods {
+			if !slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.UID == uid }) {
+				delete(j.pods, uid)
+			}
+		}
+		return
+	}
+	present := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		present[p.UID] = true
+	}
+	for uid := range j.pods {
+		if !present[uid] {
+			delete(j.pods, uid)
+		}
 	}
 }
 
