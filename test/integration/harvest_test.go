@@ -531,7 +531,7 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		for _, c := range table.ColumnDefinitions {
 			columns = append(columns, c.Name)
 		}
-		if want := "Name Planning Open GPUs Serving Lent Headroom Idle Observed"; strings.Join(columns, " ") != want || len(table.Rows) != 1 {
+		if want := "Name Planning Open GPUs Serving Lent Headroom Idle Observed Stopped"; strings.Join(columns, " ") != want || len(table.Rows) != 1 {
 			t.Errorf("kubectl get gpupools: columns %v and %d rows, want %s and one row", columns, len(table.Rows), want)
 		} else if cells := table.Rows[0].Cells; cells[0] != api.PoolInference || cells[3] != int64(16) && cells[3] != float64(16) {
 			t.Errorf("kubectl get gpupools: row %v", cells)
