@@ -165,7 +165,7 @@ func (l *Ledger) ns(name string) *namespace {
 func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string) bool, elapsed time.Duration) map[string]float64 {
 	harvested := map[string]float64{}
 	seen := map[*job]bool{}
-	byJob := map[*job][]*v1.Pod{}
+	byJob := map[*job][]podGPUs{}
 	for _, p := range pods {
 		if !l.Tracked(p, p.Spec.NodeName != "" && onPool(p.Spec.NodeName)) {
 			continue
@@ -180,17 +180,18 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 			n.changed = true
 		}
 		seen[j] = true
-		byJob[j] = append(byJob[j], p)
+		g := api.PodGPUs(p, l.GPUResource)
+		byJob[j] = append(byJob[j], podGPUs{p, g})
 		created := p.CreationTimestamp.Time
 		if !j.known {
 			j.known, j.submitted = true, created
 			l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(created), Type: v1alpha1.EventSubmitted, Pod: p.Name,
-				GPUs: api.PodGPUs(p, l.GPUResource), Message: "submitted"})
+				GPUs: g, Message: "submitted"})
 		} else if created.Before(j.submitted) {
 			j.submitted = created
 		}
 		if api.HoldsResources(p) && onPool(p.Spec.NodeName) && elapsed > 0 {
-			gpus := float64(api.PodGPUs(p, l.GPUResource))
+			gpus := float64(g)
 			harvested[p.Namespace] += gpus * elapsed.Seconds()
 			j.HarvestedGPUSeconds += int64(gpus*elapsed.Seconds() + 0.5)
 		}
@@ -224,16 +225,22 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 	return harvested
 }
 
+// podGPUs is a pod and its GPUs, counted once a round.
+type podGPUs struct {
+	pod  *v1.Pod
+	gpus int64
+}
+
 // update folds a job's pods of this round into it.
-func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
+func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []podGPUs) {
 	var gpus int64
 	var alive, running, succeeded, failed int32
 	// Only the pods there are now are remembered: a job that runs as many
 	// pods over its life (a workflow's steps) does not grow the ledger.
 	j.forgetGone(pods)
-	for _, p := range pods {
+	for _, pg := range pods {
+		p, g := pg.pod, pg.gpus
 		ps := j.seen(p)
-		g := api.PodGPUs(p, l.GPUResource)
 		switch p.Status.Phase {
 		case v1.PodSucceeded, v1.PodFailed:
 			if p.Status.Phase == v1.PodFailed && !ps.evicted {
@@ -319,10 +326,10 @@ func (l *Ledger) update(now time.Time, n *namespace, j *job, pods []*v1.Pod) {
 // forgetGone drops the pods the job has seen that are not among pods. Most
 // jobs have a pod or a few, and a round asks this of every job: a map of
 // the pods present is built only for the few jobs with many.
-func (j *job) forgetGone(pods []*v1.Pod) {
+func (j *job) forgetGone(pods []podGPUs) {
 	if len(pods) <= 8 {
 		for uid := range j.pods {
-			if !slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.UID == uid }) {
+			if !slices.ContainsFunc(pods, func(p podGPUs) bool { return p.pod.UID == uid }) {
 				delete(j.pods, uid)
 			}
 		}
@@ -330,7 +337,7 @@ func (j *job) forgetGone(pods []*v1.Pod) {
 	}
 	present := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
-		present[p.UID] = true
+		present[p.pod.UID] = true
 	}
 	for uid := range j.pods {
 		if !present[uid] {
