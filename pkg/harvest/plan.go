@@ -213,14 +213,19 @@ func betterHome(a, b *home, gpus int64) bool {
 	return a.Name < b.Name
 }
 
-// Drain is plan with every node closed and all of its lent GPUs owed back:
-// what the admin's kill switch asks for with HoldAndDrain
-// (api.StopHoldAndDrain). The headroom placed and what stayed unplaced are
-// kept, for people.
+// Drain is plan with every pool node closed and all of its lent GPUs owed
+// back: what the admin's kill switch asks for with HoldAndDrain
+// (api.StopHoldAndDrain). Nodes outside the pool keep their plan: a
+// low-priority pod there was never lent anything. The headroom placed and
+// what stayed unplaced are kept, for people.
 func Drain(nodes []Node, plan Plan) Plan {
 	out := plan
 	out.Nodes = make(map[string]NodePlan, len(nodes))
 	for _, n := range nodes {
+		if !n.InPool {
+			out.Nodes[n.Name] = plan.Nodes[n.Name]
+			continue
+		}
 		out.Nodes[n.Name] = planFor(plan.Nodes[n.Name].HeadroomGPUs, n.LentGPUs, 0)
 	}
 	return out

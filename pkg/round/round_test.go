@@ -202,17 +202,19 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	}
 }
 
-// The admin's HoldAndDrain closes every node and takes every lent GPU back
-// at once: on an idle node, on a cordoned one, and a pod held to its notice's
-// time too.
+// The admin's HoldAndDrain closes every pool node and takes every lent GPU
+// back at once: on an idle node, on a cordoned one, and a pod held to its
+// notice's time too; a low-priority pod outside the pool stays.
 func TestDrainTakesEveryLentGPUBack(t *testing.T) {
 	nodes := []harvest.Node{
 		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true},
 		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 6},
 		{Name: "n3", InPool: true, Schedulable: false, AllocatableGPUs: 8, LentGPUs: 2},
 		{Name: "n4", InPool: true, Schedulable: true, AllocatableGPUs: 2},
+		{Name: "off-pool", Schedulable: true, AllocatableGPUs: 8, LentGPUs: 1},
 	}
-	jobs := []reclaim.Candidate{job("train", "n1", 4, time.Hour), job("idle-node", "n2", 6, time.Hour), job("cordoned", "n3", 2, time.Hour)}
+	jobs := []reclaim.Candidate{job("train", "n1", 4, time.Hour), job("idle-node", "n2", 6, time.Hour), job("cordoned", "n3", 2, time.Hour),
+		job("tenant-elsewhere", "off-pool", 1, time.Hour)}
 	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 	plan := func(at time.Time, load float64, drain bool) Decision {
 		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4, "n2": 8, "n4": 2}, Drain: drain,
@@ -236,6 +238,12 @@ func TestDrainTakesEveryLentGPUBack(t *testing.T) {
 	}
 	for _, n := range nodes {
 		np := d.Plan.Nodes[n.Name]
+		if !n.InPool {
+			if np != (harvest.NodePlan{Verdict: harvest.Closed}) {
+				t.Errorf("%s, outside the pool: %+v, want closed and owing nothing: its pod was never lent", n.Name, np)
+			}
+			continue
+		}
 		wantState := api.HarvestClosed
 		if n.LentGPUs > 0 {
 			wantState = api.HarvestDraining
