@@ -16,9 +16,9 @@ import (
 
 // The cluster admin's kill switch, set and lifted with kubectl gleaner alone:
 // pause stops all lending at once (a pod created after it is refused with
-// the admin's reason, while the job already lent runs on), pause --drain
-// takes the lent GPUs back, and resume lends again. (TestKubectlGleaner shows
-// that a researcher may not throw it.)
+// the admin's reason, while the job already lent runs on), resume lends
+// again at once, pause --drain takes the lent GPUs back, and resume after it
+// lends again. (TestKubectlGleaner shows that a researcher may not throw it.)
 func TestKillSwitch(t *testing.T) {
 	controller.RegisterMetrics() // unregistered metrics record nothing
 	env := startHarvestEnv(t)
@@ -60,17 +60,32 @@ func TestKillSwitch(t *testing.T) {
 		}
 	})
 
+	t.Run("resume after a hold lends at once", func(t *testing.T) {
+		env := env.in(t)
+		if code, stdout, stderr := kubectlGleaner(t, env.cp, "resume"); code != 0 || !strings.Contains(stdout, "Lending resumes") {
+			t.Fatalf("resume: exit %d, %q %q", code, stdout, stderr)
+		}
+		resumed := time.Now()
+		// No verdict changed under the hold: only lifting the switch sends
+		// the refused pod back to the queue.
+		node := env.waitBound(researchNS, "after-pause", 10*time.Second)
+		t.Logf("the refused pod bound to %s %v after resume", node, time.Since(resumed).Round(time.Millisecond))
+		waitGPUPool(t, env.cp, func(st v1alpha1.GPUPoolStatus) bool { return st.LendingStopped == "" && st.Planning })
+	})
+
 	t.Run("pause --drain takes every lent GPU back", func(t *testing.T) {
 		env := env.in(t)
 		if code, stdout, stderr := kubectlGleaner(t, env.cp, "pause", "--drain"); code != 0 {
 			t.Fatalf("pause --drain: exit %d, %q %q", code, stdout, stderr)
 		}
 		drained := time.Now()
-		env.waitGone(researchNS, "running", 30*time.Second)
-		t.Logf("the lent job was gone %v after pause --drain (grace %ds)", time.Since(drained).Round(time.Millisecond), graceSeconds)
-		if grace, deleted := env.kubelet.deletionGrace(researchNS, "running"); !deleted || grace != graceSeconds {
-			t.Errorf("running deleted=%v with grace %ds; want an eviction with its %ds grace period", deleted, grace, graceSeconds)
+		for _, name := range []string{"running", "after-pause"} {
+			env.waitGone(researchNS, name, 30*time.Second)
+			if grace, deleted := env.kubelet.deletionGrace(researchNS, name); !deleted || grace != graceSeconds {
+				t.Errorf("%s deleted=%v with grace %ds; want an eviction with its %ds grace period", name, deleted, grace, graceSeconds)
+			}
 		}
+		t.Logf("both lent jobs were gone %v after pause --drain (grace %ds)", time.Since(drained).Round(time.Millisecond), graceSeconds)
 		for _, node := range []string{"gpu-a", "gpu-b"} {
 			if v := env.verdict(node); v.HarvestableGPUs != 0 {
 				t.Errorf("%s verdict %+v during a drain, want nothing harvestable", node, v)
@@ -81,14 +96,14 @@ func TestKillSwitch(t *testing.T) {
 		}
 	})
 
-	t.Run("resume lends again", func(t *testing.T) {
+	t.Run("resume after a drain lends again", func(t *testing.T) {
 		env := env.in(t)
-		if code, stdout, stderr := kubectlGleaner(t, env.cp, "resume"); code != 0 || !strings.Contains(stdout, "Lending resumes") {
+		if code, stdout, stderr := kubectlGleaner(t, env.cp, "resume"); code != 0 {
 			t.Fatalf("resume: exit %d, %q %q", code, stdout, stderr)
 		}
-		resumed := time.Now()
-		node := env.waitBound(researchNS, "after-pause", 30*time.Second)
-		t.Logf("the refused pod bound to %s %v after resume", node, time.Since(resumed).Round(time.Millisecond))
+		env.create(bestEffortPod("after-resume", 2))
+		node := env.waitBound(researchNS, "after-resume", 30*time.Second)
+		t.Logf("a pod created after resume bound to %s", node)
 		lease, err := env.client.CoordinationV1().Leases(api.SystemNamespace).Get(context.Background(), api.HeartbeatLeaseName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -96,6 +111,5 @@ func TestKillSwitch(t *testing.T) {
 		if _, ok := lease.Annotations[api.AnnotationStopLending]; ok {
 			t.Errorf("resume left the switch on the Lease: %v", lease.Annotations)
 		}
-		waitGPUPool(t, env.cp, func(st v1alpha1.GPUPoolStatus) bool { return st.LendingStopped == "" && st.Planning })
 	})
 }

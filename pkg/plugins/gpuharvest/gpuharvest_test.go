@@ -252,6 +252,22 @@ func TestHeartbeatObserveReportsTurningFresh(t *testing.T) {
 	if _, fresh := hb.observe(released, successor); !fresh {
 		t.Fatal("the successor's first renewal after a release did not turn the heartbeat fresh")
 	}
+	// The admin stops lending and lifts it before the next renewal: lifting
+	// it turns the heartbeat fresh at once (pods the stop kept pending go
+	// back to the queue); setting it does not.
+	paused, resumed := stopped(l("6"), "Hold", ""), l("7")
+	paused.Spec, resumed.Spec = successor.Spec, successor.Spec
+	if n, _ := hb.observe(successor, paused); n != 0 {
+		t.Fatalf("setting the kill switch counted as renewal %d", n)
+	}
+	if n, fresh := hb.observe(paused, resumed); n == 0 || !fresh {
+		t.Fatalf("lifting the kill switch: renewals %d, turned fresh %v; want the count so far, true", n, fresh)
+	}
+	// Lifted while the heartbeat is stale, it turns nothing fresh.
+	clk.SetTime(now.Add(time.Hour))
+	if _, fresh := hb.observe(paused, resumed); fresh {
+		t.Fatal("lifting the kill switch turned a stale heartbeat fresh")
+	}
 }
 
 func TestPreFilter(t *testing.T) {

@@ -76,9 +76,16 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 
 // observe records a change of the Lease seen now. For a renewal it returns
 // the renewals seen so far and whether it turned the heartbeat from stale to
-// fresh; for anything else, 0.
+// fresh; for the kill switch lifted from a fresh heartbeat, the renewals and
+// true; for anything else, 0.
 func (h *heartbeat) observe(old, cur *coordinationv1.Lease) (uint64, bool) {
 	if !renewed(old, cur) {
+		// The admin lifting the kill switch is no renewal, but it turns a
+		// fresh heartbeat's lending back on: the pods it kept pending go
+		// back to the queue.
+		if api.ReadStop(old.Annotations).Stopped() && !api.ReadStop(cur.Annotations).Stopped() && h.judge(cur, h.clock.Now()) == nil {
+			return h.renewalCount(), true
+		}
 		return 0, false
 	}
 	now := h.clock.Now()
