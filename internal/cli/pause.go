@@ -21,9 +21,8 @@ import (
 
 type pauseOptions struct {
 	*options
-	drain           bool
-	reason          string
-	systemNamespace string
+	drain  bool
+	reason string
 }
 
 func newPauseCommand(o *options) *cobra.Command {
@@ -39,7 +38,7 @@ next round, through evictions with the capped grace period. Inference is not
 touched. resume undoes it.
 
 The switch is the annotation ` + api.AnnotationStopLending + ` (Hold, or HoldAndDrain with
---drain) on the Lease ` + api.HeartbeatLeaseName + ` in Gleaner's namespace; any other value
+--drain) on the Lease ` + api.SystemNamespace + `/` + api.HeartbeatLeaseName + `; any other value
 also stops lending. It needs the right to patch that Lease.`,
 		Example: `  kubectl gleaner pause --reason "GPU driver upgrade, CHG-1234"
   kubectl gleaner pause --drain --reason "inference launch tonight"
@@ -55,7 +54,6 @@ also stops lending. It needs the right to patch that Lease.`,
 	}
 	cmd.Flags().BoolVar(&p.drain, "drain", false, "Also take every lent GPU back now (evictions with the capped grace period), not only stop lending more.")
 	cmd.Flags().StringVar(&p.reason, "reason", "", fmt.Sprintf("Why, for the people who see it in kubectl gleaner status (at most %d bytes).", api.MaxStopReason))
-	cmd.Flags().StringVar(&p.systemNamespace, "gleaner-namespace", api.SystemNamespace, "The namespace Gleaner is installed in.")
 	return cmd
 }
 
@@ -64,15 +62,15 @@ func newResumeCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume",
 		Short: "Let lending resume after pause",
-		Long: `resume removes the kill switch pause set: gleaner-scheduler lends again once it
-sees gleaner-controller's next heartbeat, on the verdicts of its next round.`,
+		Long: `resume removes the kill switch pause set: gleaner-scheduler lends again as soon
+as it sees it lifted, while gleaner-controller's heartbeat is fresh, and sends
+the pods it refused back to its queue.`,
 		Example: `  kubectl gleaner resume`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return p.set(cmd, map[string]any{api.AnnotationStopLending: nil, api.AnnotationStopLendingReason: nil}, api.LendingOn)
 		},
 	}
-	cmd.Flags().StringVar(&p.systemNamespace, "gleaner-namespace", api.SystemNamespace, "The namespace Gleaner is installed in.")
 	return cmd
 }
 
@@ -95,8 +93,10 @@ func (p *pauseOptions) set(cmd *cobra.Command, annotations map[string]any, mode 
 		return err
 	}
 	ctx := cmd.Context()
-	leases := c.kube.CoordinationV1().Leases(p.systemNamespace)
-	what := fmt.Sprintf("Lease %s/%s", p.systemNamespace, api.HeartbeatLeaseName)
+	// Gleaner installs into api.SystemNamespace only, and the scheduler
+	// watches the Lease there: no other namespace's would stop anything.
+	leases := c.kube.CoordinationV1().Leases(api.SystemNamespace)
+	what := fmt.Sprintf("Lease %s/%s", api.SystemNamespace, api.HeartbeatLeaseName)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
@@ -106,7 +106,7 @@ func (p *pauseOptions) set(cmd *cobra.Command, annotations map[string]any, mode 
 	case apierrors.IsNotFound(err) && mode == api.LendingOn:
 		err = nil // no Lease, no switch: and nothing is lent without a heartbeat
 	case apierrors.IsNotFound(err):
-		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: p.systemNamespace, Name: api.HeartbeatLeaseName, Annotations: map[string]string{}}}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.SystemNamespace, Name: api.HeartbeatLeaseName, Annotations: map[string]string{}}}
 		for k, v := range annotations {
 			if s, ok := v.(string); ok {
 				lease.Annotations[k] = s
@@ -127,7 +127,7 @@ func (p *pauseOptions) set(cmd *cobra.Command, annotations map[string]any, mode 
 	case api.StopHoldAndDrain:
 		fmt.Fprintln(out, "Lending stopped (HoldAndDrain): gleaner-scheduler places no best-effort pod from now on, and gleaner-controller takes every lent GPU back in its next round (evictions with the capped grace period).")
 	default:
-		fmt.Fprintln(out, "Lending resumes with gleaner-controller's next heartbeat.")
+		fmt.Fprintln(out, "Lending resumes as soon as gleaner-scheduler sees the switch lifted, while gleaner-controller's heartbeat is fresh.")
 		return nil
 	}
 	fmt.Fprintln(out, "kubectl gleaner status shows it; kubectl gleaner resume undoes it.")

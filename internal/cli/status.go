@@ -119,7 +119,8 @@ func (s *statusOptions) run(ctx context.Context) error {
 }
 
 // checkLending is status --check: gleaner-scheduler lends only while the
-// controller plans and renews its heartbeat, so both are checked. The
+// controller plans and renews its heartbeat and no admin stopped lending, so
+// all three are checked. The
 // heartbeat is judged as the scheduler judges it, on this machine's clock: a
 // renewal must be seen within the Lease's duration, whatever its renewTime
 // says.
@@ -137,6 +138,9 @@ func (s *statusOptions) checkLending(ctx context.Context, c *clients, pool *v1al
 	first, err := leases.Get(ctx, api.HeartbeatLeaseName, metav1.GetOptions{})
 	if err != nil {
 		return c.explain(err, "read", "gleaner-controller's heartbeat Lease "+lease, coordinationv1.SchemeGroupVersion.WithResource("leases"))
+	}
+	if stop := api.ReadStop(first.Annotations); stop.Stopped() {
+		return fmt.Errorf("check failed: %s, so gleaner-scheduler lends nothing (kubectl gleaner resume lifts it)", stop)
 	}
 	if ptr.Deref(first.Spec.HolderIdentity, "") == "" {
 		return fmt.Errorf("check failed: gleaner-controller released its heartbeat Lease %s: no replica plans, so nothing is lent", lease)

@@ -96,7 +96,8 @@ func (h *heartbeat) write(ctx context.Context, holder string, now time.Time) err
 // readStop reads the cluster admin's kill switch off the Lease
 // (api.ReadStop): the scheduler enforces a stop on its own, as soon as it
 // sees it; the controller drains for HoldAndDrain and reports it. While the
-// Lease cannot be read, the switch last read holds.
+// Lease cannot be read, the switch last read holds (none, in a process that
+// has read none yet: the scheduler still holds on its own).
 func (h *heartbeat) readStop(ctx context.Context) api.Stop {
 	lease, err := h.client.CoordinationV1().Leases(h.ns).Get(ctx, h.name, metav1.GetOptions{})
 	stop := h.stop
