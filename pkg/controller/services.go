@@ -144,10 +144,18 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 
 // inferenceNamespaces says which namespaces the admin opted in as inference:
 // those listed in Metrics.Namespaces when any are, else those whose labels
-// match InferenceNamespaceSelector. A namespace that cannot be read is not.
+// match InferenceNamespaceSelector; never one labelled
+// gleaner.dev/inference=false, which is opting out (the admission policies
+// read the same). A namespace that cannot be read is not.
 func (c *Controller) inferenceNamespaces() func(string) bool {
 	if listed := c.cfg.Metrics.Namespaces; len(listed) > 0 && !slices.Contains(listed, metav1.NamespaceAll) {
-		return func(ns string) bool { return slices.Contains(listed, ns) }
+		return func(name string) bool {
+			if !slices.Contains(listed, name) {
+				return false
+			}
+			ns, err := c.namespaces.Get(name)
+			return err == nil && ns.Labels[api.LabelInferenceNamespace] != "false"
+		}
 	}
 	return func(name string) bool {
 		ns, err := c.namespaces.Get(name)

@@ -66,14 +66,14 @@ func installAdmissionPolicies(t *testing.T, env *harvestEnv, values map[string]a
 // Opting a namespace out of Gleaner (gleaner.dev/inference=false) leaves its
 // running replicas alone and admits their scale-outs, while Gleaner stops
 // planning for it; the label cannot be removed while it says true, which
-// would refuse the next replica. A namespace the chart lists in
-// inferenceNamespaces is admitted without the label; one neither labelled
-// nor listed still is not.
+// would refuse the next replica. With the chart's inferenceNamespaces set,
+// the policies admit what the controller plans for: the listed namespaces
+// (and one opting out), not those merely labelled.
 func TestOptingOutLeavesRunningServicesAlone(t *testing.T) {
 	env := startHarvestEnv(t)
 	chat0 := env.startChat()
-	defer installAdmissionPolicies(t, env, map[string]any{"inferenceNamespaces": []any{"listed"}},
-		"gleaner-inference-priority", "gleaner-pool-gpus", "gleaner-inference-opt-out")()
+	policies := []string{"gleaner-inference-priority", "gleaner-pool-gpus", "gleaner-inference-opt-out"}
+	remove := installAdmissionPolicies(t, env, nil, policies...)
 	for _, ns := range []string{"listed", "unlisted"} {
 		createNamespace(t, env.client, ns)
 	}
@@ -88,27 +88,24 @@ func TestOptingOutLeavesRunningServicesAlone(t *testing.T) {
 	}
 	// The policies are in force once a pod in a namespace nobody opted in is refused.
 	waitFor(t, "the policies in force", 20*time.Second, func() bool { return dryRun(replica("unlisted", "probe")) != nil })
-	if err := dryRun(replica("listed", "chat-x")); err != nil {
-		t.Errorf("a replica in a namespace the chart lists: %v", err)
-	}
 	err := dryRun(replica("unlisted", "chat-y"))
-	if err == nil || !strings.Contains(err.Error(), "opted in (labelled gleaner.dev/inference=true, or =false while opting out, or listed in inferenceNamespaces)") {
-		t.Errorf("a replica in a namespace neither labelled nor listed: %v, want refused", err)
+	if err == nil || !strings.Contains(err.Error(), "opted in (labelled gleaner.dev/inference=true, or =false while opting out)") {
+		t.Errorf("a replica in a namespace nobody labelled: %v, want refused", err)
 	}
 
-	label := func(value string) error {
+	label := func(ns, value string) error {
 		patch := `{"metadata":{"labels":{"gleaner.dev/inference":` + value + `}}}`
-		_, err := env.client.CoreV1().Namespaces().Patch(context.Background(), servingNS, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err := env.client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
 	// Removing the label outright would refuse chat's next replica.
-	if err := label("null"); err == nil || !strings.Contains(err.Error(), "gleaner.dev/inference=false --overwrite") {
+	if err := label(servingNS, "null"); err == nil || !strings.Contains(err.Error(), "gleaner.dev/inference=false --overwrite") {
 		t.Fatalf("removing serving's opt-in: %v, want refused with the way out", err)
 	}
 	// Load that asks for another replica: gpu-a's free half is kept for it.
 	chat0.set(vllmServing, 16, 8, 0.9)
 	env.waitVerdict("gpu-a", harvest.Verdict{State: api.HarvestClosed}, 15*time.Second)
-	if err := label(`"false"`); err != nil {
+	if err := label(servingNS, `"false"`); err != nil {
 		t.Fatalf("opting serving out: %v", err)
 	}
 	optedOut := time.Now()
@@ -125,11 +122,31 @@ func TestOptingOutLeavesRunningServicesAlone(t *testing.T) {
 	t.Logf("after opting out, chat-1 (gleaner-inference) was admitted and bound to %s %v later", node, time.Since(optedOut).Round(time.Millisecond))
 
 	// From false the label may go; then the namespace is out altogether.
-	if err := label("null"); err != nil {
+	if err := label(servingNS, "null"); err != nil {
 		t.Fatalf("removing serving's label after opting out: %v", err)
 	}
 	if err := dryRun(replica(servingNS, "chat-2")); err == nil {
 		t.Error("a gleaner-inference replica was admitted in a namespace with no opt-in left")
+	}
+
+	// The chart with inferenceNamespaces: [listed].
+	remove()
+	defer installAdmissionPolicies(t, env, map[string]any{"inferenceNamespaces": []any{"listed"}}, policies...)()
+	if err := label("unlisted", `"true"`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the listing policies in force", 20*time.Second, func() bool {
+		err := dryRun(replica("unlisted", "probe"))
+		return err != nil && strings.Contains(err.Error(), "listed in inferenceNamespaces")
+	})
+	if err := dryRun(replica("listed", "chat-x")); err != nil {
+		t.Errorf("a replica in a namespace the chart lists: %v", err)
+	}
+	if err := label("listed", `"false"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := dryRun(replica("listed", "chat-x")); err != nil {
+		t.Errorf("a replica in a listed namespace opting out: %v", err)
 	}
 }
 
