@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -296,6 +297,14 @@ func grantReportReader(t *testing.T, cp *controlPlane, user string) {
 	if _, err := cp.client.RbacV1().RoleBindings(researchNS).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The API server's authorizer reads RBAC from its own informers: wait
+	// until it has seen the grant.
+	eventually(t, 10*time.Second, user+"'s grant in force", func(ctx context.Context) (bool, error) {
+		review, err := cp.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: researchNS, Verb: "get", Group: v1alpha1.Group, Resource: "harvestreports"},
+		}}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed, err
+	})
 }
 
 // submitRefusesWhatTheClusterRefuses: with Gleaner's admission policies
