@@ -515,6 +515,39 @@ func TestForgedDemandFromATenantNamespaceIsIgnored(t *testing.T) {
 	}
 }
 
+// Which namespaces are inference's: with --inference-namespaces, those
+// listed, unless labelled gleaner.dev/inference=false (opting out, as the
+// admission policies read it); without, those labelled true.
+func TestInferenceNamespaces(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		listed []string
+		want   map[string]bool
+	}{
+		{"by label", nil, map[string]bool{"in": true, "out": false, "listed": false, "none": false, "missing": false}},
+		{"by list", []string{"listed", "out", "missing"}, map[string]bool{"in": false, "out": false, "listed": true, "none": false, "missing": false}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := newTestCluster(t, Config{Metrics: vllm.Options{Namespaces: tt.listed}})
+			for name, value := range map[string]string{"in": "true", "out": "false", "listed": ""} {
+				ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+				if value != "" {
+					ns.Labels[api.LabelInferenceNamespace] = value
+				}
+				if err := tc.namespaces.Add(ns); err != nil {
+					t.Fatal(err)
+				}
+			}
+			optedIn := tc.c.inferenceNamespaces()
+			for name, want := range tt.want {
+				if got := optedIn(name); got != want {
+					t.Errorf("%s: opted in %v, want %v", name, got, want)
+				}
+			}
+		})
+	}
+}
+
 // A replica that is pending (not yet bound) holds no GPU: its room is kept at
 // once, so the node drains before the replica would wait; one bound but never
 // scraped counts as starting only until the startup deadline.
