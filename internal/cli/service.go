@@ -202,15 +202,15 @@ func counts(c v1alpha1.WaitCounts, budget time.Duration) string {
 // pending says how many replicas wait now and, for the oldest, for how long
 // and whether past the budget.
 func (s *serviceOptions) pending(svc v1alpha1.ServiceWaits, budget time.Duration) string {
-	if svc.Pending == 0 || svc.PendingSince == nil {
+	waited, over, ok := s.oldestPending(svc, budget)
+	if !ok {
 		return fmt.Sprint(svc.Pending)
 	}
-	waited := s.now().Sub(svc.PendingSince.Time)
-	over := ""
-	if waited > budget {
-		over = ", over budget"
+	against := ""
+	if over {
+		against = ", over budget"
 	}
-	return fmt.Sprintf("%d (oldest %s%s)", svc.Pending, shortDuration(waited), over)
+	return fmt.Sprintf("%d (oldest %s%s)", svc.Pending, shortDuration(waited), against)
 }
 
 // pendingSentence says the same for people: how many, since when, against the budget.
@@ -218,15 +218,26 @@ func (s *serviceOptions) pendingSentence(svc v1alpha1.ServiceWaits, budget time.
 	if svc.Pending == 0 {
 		return "none"
 	}
-	if svc.PendingSince == nil {
+	waited, over, ok := s.oldestPending(svc, budget)
+	if !ok {
 		return fmt.Sprint(svc.Pending)
 	}
-	waited := s.now().Sub(svc.PendingSince.Time)
 	against := "within the reclaim budget so far"
-	if waited > budget {
+	if over {
 		against = "over the reclaim budget"
 	}
 	return fmt.Sprintf("%d, the oldest for %s (%s)", svc.Pending, shortDuration(waited), against)
+}
+
+// oldestPending is how long the service's oldest pending replica has waited
+// and whether that is past the budget; ok is false when none is pending or
+// the report does not say since when.
+func (s *serviceOptions) oldestPending(svc v1alpha1.ServiceWaits, budget time.Duration) (waited time.Duration, over, ok bool) {
+	if svc.Pending == 0 || svc.PendingSince == nil {
+		return 0, false, false
+	}
+	waited = s.now().Sub(svc.PendingSince.Time)
+	return waited, waited > budget, true
 }
 
 func longest(c v1alpha1.WaitCounts) string {

@@ -668,6 +668,24 @@ func TestSyncForgetsDeletedNamespacesAndNodes(t *testing.T) {
 }
 
 // hasSeries says whether the metric name has a series whose label is value.
+// noSeriesFor fails if any metric still has a series for the service.
+func noSeriesFor(t *testing.T, service string) {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "service" && l.GetValue() == service {
+					t.Errorf("%s still has a series for the deleted service %s", f.GetName(), service)
+				}
+			}
+		}
+	}
+}
+
 func hasSeries(t *testing.T, name, label, value string) bool {
 	t.Helper()
 	families, err := legacyregistry.DefaultGatherer.Gather()
@@ -719,19 +737,7 @@ func TestSyncExportsPerServiceDemand(t *testing.T) {
 	if _, err := tc.sync(t, t0.Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "service" && l.GetValue() == "chat" {
-					t.Errorf("%s still has a series for the deleted service", f.GetName())
-				}
-			}
-		}
-	}
+	noSeriesFor(t, "chat")
 }
 
 // A pod's termination counts on the controller's clock. The controller

@@ -127,19 +127,7 @@ func TestSyncExportsPerServiceWaits(t *testing.T) {
 	if _, err := tc.sync(t, t0.Add(20*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "service" && l.GetValue() == "summarize" {
-					t.Errorf("%s still has a series for the deleted service", f.GetName())
-				}
-			}
-		}
-	}
+	noSeriesFor(t, "summarize")
 	if st, _ := tc.c.ledger.Report("serving", t0, nil); len(st.Services) != 0 {
 		t.Errorf("the deleted service is still in serving's report: %+v", st.Services)
 	}
