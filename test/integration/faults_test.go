@@ -70,8 +70,15 @@ func TestFaults(t *testing.T) {
 	// by a finalizer behind: the baseline is restored (the usual controller,
 	// nothing but chat-0 running, chat idle) so that one failure is reported
 	// once instead of failing every scenario after it.
+	//
+	// Whatever its fault, every scenario is audited for the invariants no
+	// fault may break (auditor): inference waits for lent GPUs at most the
+	// usual budget unless the scenario allows more for its fault.
+	budget := scrapeInterval + graceCap + 5*time.Second
+	audit := startAudit(t, env.ctx, env.client, budget)
 	scenario := func(name string, f func(t *testing.T)) {
-		if t.Run(name, f) {
+		audit.begin(name, budget)
+		if t.Run(name, func(t *testing.T) { f(t); audit.check(t) }) {
 			return
 		}
 		t.Logf("scenario %q failed: restoring the baseline for the next one", name)
@@ -88,6 +95,45 @@ func TestFaults(t *testing.T) {
 		env.startControllerWith(usual)
 		quiet(env)
 	}
+
+	// The audit itself, on two breaches made on purpose with no controller
+	// to undo them: a pod bound by spec.nodeName to a node whose verdict
+	// lends nothing (the shipped admission policy, which would refuse it, is
+	// not in force here), and an inference replica left waiting for lent GPUs.
+	scenario("the audit sees a pod bound past its verdict and a replica kept waiting", func(t *testing.T) {
+		env := env.in(t)
+		// A minute's grace: the default scheduler's preemption, which
+		// nothing caps without the controller, would free it only then.
+		lent, minute := bestEffortPod("lent-b", 8), int64(60)
+		lent.Spec.TerminationGracePeriodSeconds = &minute
+		env.create(lent)
+		if node := env.waitBound(researchNS, "lent-b", 20*time.Second); node != "gpu-b" {
+			t.Fatalf("lent-b bound to %s, want gpu-b", node)
+		}
+		env.stopController()
+		if _, err := env.client.CoreV1().Nodes().Patch(env.ctx, "gpu-a", types.MergePatchType, harvest.Closed.MergePatch(), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		replica := inferencePod("chat-1", "chat", 4, chat0, v1.DefaultSchedulerName)
+		replica.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-b"}
+		env.create(replica)
+		time.Sleep(slack + 100*time.Millisecond) // gpu-a's open verdict out of the audit's slack
+		squatter := bestEffortPod("squatter", 1)
+		squatter.Spec.NodeName = "gpu-a"
+		env.create(squatter)
+		time.Sleep(budget) // chat-1 waits past the budget
+		breaches := audit.take(time.Now())
+		t.Logf("audit: on purpose, %d breaches seen: %q", len(breaches), breaches)
+		if len(breaches) != 2 || !strings.HasPrefix(breaches[0], "pod research/squatter bound to gpu-a") || !strings.HasPrefix(breaches[1], "inference replica serving/chat-1 waited") {
+			t.Errorf("the audit saw %q, want the squatter on gpu-a and chat-1's wait", breaches)
+		}
+		for _, p := range []struct{ ns, name string }{{servingNS, "chat-1"}, {researchNS, "squatter"}, {researchNS, "lent-b"}} {
+			env.deleteNow(p.ns, p.name)
+		}
+		_ = audit.take(time.Now())
+		env.startControllerWith(usual)
+		quiet(env)
+	})
 
 	scenario("forged demand from a namespace not opted in moves nothing", func(t *testing.T) {
 		env := env.in(t)
@@ -257,6 +303,7 @@ func TestFaults(t *testing.T) {
 			}
 			env.createChatReplica("chat-1", env.vllm("llama-chat"))
 			took, budget := time.Since(start), scrapeInterval+pdbWait+graceCap+5*time.Second
+			audit.allow(budget) // this fault adds to the usual budget
 			t.Logf("fault: best-effort pod under %s: refusal reported %d time(s), deleted after the %v wait, inference waited %v (budget scrape + wait + cap + 5 s = %v)", tc.what, blocked, pdbWait, took.Round(time.Millisecond), budget)
 			if took > budget {
 				t.Fatalf("inference waited %v, budget %v", took, budget)
@@ -320,6 +367,7 @@ func TestFaults(t *testing.T) {
 		// The restart costs the Lease's expiry (3 s) and the first scrape
 		// (1.5 s) on top of the budget for one budget's wait.
 		budget := scrapeInterval + wait + graceCap + 5*time.Second + 3*time.Second + 3*time.Second/2
+		audit.allow(budget) // this fault adds to the usual budget
 		t.Logf("fault: best-effort pod under a maxUnavailable: 0 budget, the controller replaced %v into its %v wait (the replacement planning %v after the first refusal): deleted %v after the first refusal, inference waited %v (budget %v)",
 			wait/2, wait, up.Round(time.Millisecond), forced.Round(time.Millisecond), took.Round(time.Millisecond), budget)
 		if forced > max(wait, up)+2*time.Second {
@@ -652,6 +700,7 @@ func TestFaults(t *testing.T) {
 		// eviction already carries the capped grace.
 		env.createChatReplica("chat-1", env.vllm("llama-chat"))
 		took, budget := time.Since(rise), scrapeInterval+killCap+5*time.Second
+		audit.allow(budget) // this fault adds to the usual budget
 		// The replacement takes over once the killed one's Lease expires, and
 		// plans again: the heartbeat is its own.
 		waitFor(t, "the replacement to renew the heartbeat", 30*time.Second, func() bool { h := env.heartbeatHolder(); return h != "" && h != killed })
@@ -944,6 +993,7 @@ func TestFaults(t *testing.T) {
 		// kubelet is given to kill it, then the next victims' cap.
 		const killSlack = 5 * time.Second
 		took, budget := time.Since(start), scrapeInterval+graceCap+killSlack+graceCap+5*time.Second
+		audit.allow(budget) // this fault adds to the usual budget
 		t.Logf("fault: best-effort pod stuck terminating on a finalizer: counted stuck %v after its eviction (cap + 5 s to be killed), gpu-b's pods reclaimed instead; inference waited %v (budget scrape + cap + 5 s + cap + 5 s = %v)", graceCap+killSlack, took.Round(time.Millisecond), budget)
 		if took > budget {
 			t.Fatalf("inference waited %v, budget %v", took, budget)
@@ -984,6 +1034,7 @@ func TestFaults(t *testing.T) {
 		// may each wait out one Retry-After.
 		const retryAfter = time.Second
 		took, budget := time.Since(start), scrapeInterval+graceCap+5*time.Second+2*retryAfter
+		audit.allow(budget) // this fault adds to the usual budget
 		t.Logf("fault: controller behind a link delaying every chunk 50 ms, every third call but leader election's answered 429: inference waited %v (budget scrape + cap + 5 s + 2 Retry-After = %v), %d calls throttled",
 			took.Round(time.Millisecond), budget, calls.Load()/3)
 		if took > budget {
@@ -1030,6 +1081,7 @@ func TestFaults(t *testing.T) {
 		env.waitEvent(researchNS, "slow", reclaim.ReasonReclaimed, "grace period of 5s", 15*time.Second)
 		env.createChatReplica("chat-1", env.vllm("llama-chat"))
 		took, budget := time.Since(rise), scrapeInterval+capped+5*time.Second
+		audit.allow(budget) // this fault adds to the usual budget
 		proxy.heal()
 		time.Sleep(2 * time.Second)
 		if h := env.heartbeatHolder(); h == oldID {
