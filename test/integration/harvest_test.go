@@ -70,8 +70,11 @@ func (e *harvestEnv) stopScheduler()  { e.scheduler.stop() }
 // vllm starts a metrics server that lives as long as the whole test.
 func (e *harvestEnv) vllm(model string) *vllmServer { return startVLLMServer(e.root, model) }
 
-func startHarvestEnv(t *testing.T) *harvestEnv {
-	cp := startControlPlane(t)
+func startHarvestEnv(t *testing.T) *harvestEnv { return startHarvestEnvFlags(t) }
+
+// startHarvestEnvFlags is startHarvestEnv with these kube-apiserver flags.
+func startHarvestEnvFlags(t *testing.T, apiserverFlags ...string) *harvestEnv {
+	cp := startControlPlane(t, apiserverFlags...)
 	// Registered after the control plane's clean-up, so it runs before it: the
 	// components stop while the apiserver is still up.
 	ctx, cancel := context.WithCancel(context.Background())

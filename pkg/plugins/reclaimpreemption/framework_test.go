@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,7 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -75,6 +78,12 @@ func inGang(p *v1.Pod, group string) *v1.Pod {
 	return p
 }
 
+// inNativeGang makes p a member of the native PodGroup group.
+func inNativeGang(p *v1.Pod, group string) *v1.Pod {
+	p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+	return p
+}
+
 func leaving(p *v1.Pod) *v1.Pod {
 	p.DeletionTimestamp = &metav1.Time{Time: now}
 	return p
@@ -118,7 +127,8 @@ func runPostFilterWithGroups(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods [
 }
 
 // runPostFilterAfter is runPostFilterWithGroups with after run once the
-// plugin's informers have synced, before the scheduling cycle.
+// plugin's informers have synced, before the scheduling cycle. groups may
+// hold native PodGroups (scheduling.k8s.io) beside scheduler-plugins ones.
 func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, groups []runtime.Object, wantDeleted int,
 	after func(context.Context, *fake.Clientset, *ReclaimPreemption)) postFilterResult {
 	t.Helper()
@@ -128,6 +138,17 @@ func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.
 	for _, p := range pods {
 		objs = append(objs, p)
 	}
+	var pluginsGroups []runtime.Object
+	var natives []*schedulingv1beta1.PodGroup
+	for _, g := range groups {
+		if pg, native := g.(*schedulingv1beta1.PodGroup); native {
+			objs = append(objs, g)
+			natives = append(natives, pg)
+		} else {
+			pluginsGroups = append(pluginsGroups, g)
+		}
+	}
+	groups = pluginsGroups
 	client := fake.NewClientset(objs...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	informerFactory.Core().V1().Pods().Informer()
@@ -146,9 +167,23 @@ func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.
 		return p, nil
 	}
 	snapshot := internalcache.NewSnapshot(pods, nodes)
+	var withGroups []frameworkruntime.Option
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		// As the scheduler has them with the gate on: the native groups'
+		// states in its cache and snapshot, which DefaultPreemption reads.
+		snapshot = internalcache.NewTestSnapshotWithPodGroups(pods, nodes, natives)
+		podGroups := internalcache.New(ctx, nil, true, false)
+		for _, pg := range natives {
+			podGroups.AddPodGroup(pg)
+		}
+		for _, p := range pods {
+			podGroups.AddPodGroupMember(p)
+		}
+		withGroups = append(withGroups, frameworkruntime.WithPodGroupManager(podGroups))
+	}
 	fw, err := tf.NewFramework(ctx, append(plugintest.Upstream(),
 		tf.RegisterPluginAsExtensions(Name, factory, "PostFilter"),
-	), "gleaner-scheduler",
+	), "gleaner-scheduler", append(withGroups,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
 		frameworkruntime.WithInformerFactory(informerFactory),
@@ -157,7 +192,7 @@ func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.
 		frameworkruntime.WithMutableSnapshotLister(snapshot),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
 		frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
-	)
+	)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,5 +414,50 @@ func TestFrameworkTerminationOnTheSchedulersClock(t *testing.T) {
 		})
 	if got.nominated != "n1" || got.code != fwk.Success || len(got.deleted) != 0 {
 		t.Fatalf("PostFilter = %+v, want n1 nominated and nothing deleted: evicted-now is returning its GPUs", got)
+	}
+}
+
+// With the GenericWorkload gate on, members of a native PodGroup
+// (spec.schedulingGroup) are a gang like a scheduler-plugins PodGroup's: taken
+// whole, or shed down to the group's minCount. Upstream's Evaluator groups
+// them only when the PodGroup asks for disruptionMode All; without it, each
+// member would be a victim of its own, and the rest of the gang would run on
+// without it.
+func TestFrameworkPostFilterNativeGangs(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.GenericWorkload, true)
+	// As threeMemberGang, the gang named by a native PodGroup instead.
+	native := func() []*v1.Pod {
+		return []*v1.Pod{
+			bound(inNativeGang(runningPod("gang-0", be, 4, time.Minute, 0), "job"), "n1"),
+			bound(runningPod("solo", be, 4, 8*time.Hour, 0), "n1"),
+			bound(inNativeGang(runningPod("gang-1", be, 1, time.Minute, 0), "job"), "n2"),
+			bound(inNativeGang(runningPod("gang-2", be, 1, time.Minute, 0), "job"), "n2"),
+			bound(runningPod("serving", inf, 6, time.Hour, 0), "n2"),
+		}
+	}
+	group := func(minCount int32) *schedulingv1beta1.PodGroup {
+		return &schedulingv1beta1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "research"},
+			Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount},
+			}},
+		}
+	}
+	tests := []struct {
+		name   string
+		groups []runtime.Object
+		want   []string
+	}{
+		{"a rigid native gang is evicted whole, wherever its members run", []runtime.Object{group(3)}, []string{"gang-0", "gang-1", "gang-2"}},
+		{"a native gang whose PodGroup is not seen goes whole", nil, []string{"gang-0", "gang-1", "gang-2"}},
+		{"an elastic native gang that keeps its minCount loses only the member in the way", []runtime.Object{group(2)}, []string{"gang-0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runPostFilterWithGroups(t, pending(runningPod("vllm", inf, 4, 0, 0)), []*v1.Node{gpuNode("n1"), gpuNode("n2")}, native(), tt.groups, len(tt.want))
+			if got.nominated != "n1" || got.code != fwk.Success || strings.Join(got.deleted, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("PostFilter = %+v, want n1 nominated and %v deleted", got, tt.want)
+			}
+		})
 	}
 }

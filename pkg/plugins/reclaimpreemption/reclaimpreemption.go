@@ -18,15 +18,16 @@ import (
 	policy "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	schedlisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -107,8 +108,11 @@ type ReclaimPreemption struct {
 	gpu       v1.ResourceName
 	maxGrace  time.Duration
 	clock     clock.PassiveClock
-	pods      cache.Indexer // the scheduler's pods, indexed terminatingOn
+	pods      cache.Indexer // the scheduler's pods, indexed terminatingOn and byGang
 	groups    pglisters.PodGroupLister
+	// natives reads native PodGroups (scheduling.k8s.io) for their minCount;
+	// nil when the GenericWorkload gate is off, and no pod is in a native gang.
+	natives schedlisters.PodGroupLister
 	// terms: when each terminating pod was asked to stop, on the scheduler's
 	// clock.
 	terms *reclaim.Terminations
@@ -124,6 +128,20 @@ const terminatingOn = "gleaner.dev/terminating-on-node"
 func terminatingIndex(obj interface{}) ([]string, error) {
 	if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" && p.DeletionTimestamp != nil && api.HoldsResources(p) {
 		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// byGang indexes the scheduler's pods by their gang (api.GangKey), whichever
+// kind of PodGroup names it, so a victim's gang is found without listing its
+// namespace.
+const byGang = "gleaner.dev/gang"
+
+func gangIndex(obj interface{}) ([]string, error) {
+	if p, ok := obj.(*v1.Pod); ok {
+		if key := api.GangKey(p); key != "" {
+			return []string{key}, nil
+		}
 	}
 	return nil, nil
 }
@@ -190,8 +208,8 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 	pl.evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
 	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	if _, ok := pods.GetIndexer().GetIndexers()[terminatingOn]; !ok {
-		if err := pods.AddIndexers(cache.Indexers{terminatingOn: terminatingIndex}); err != nil {
-			return nil, fmt.Errorf("%s: indexing terminating pods: %w", Name, err)
+		if err := pods.AddIndexers(cache.Indexers{terminatingOn: terminatingIndex, byGang: gangIndex}); err != nil {
+			return nil, fmt.Errorf("%s: indexing pods: %w", Name, err)
 		}
 	}
 	pl.pods = pods.GetIndexer()
@@ -231,6 +249,13 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 	groups := pginformers.NewSharedInformerFactory(client, 0)
 	pl.groups = groups.Scheduling().V1alpha1().PodGroups().Lister()
 	groups.Start(ctx.Done())
+	// With the GenericWorkload gate on, the scheduler itself watches native
+	// PodGroups (its informer factory starts and syncs them): read their
+	// minCount from the same informer. With it off, the API server may not
+	// serve them, and no pod names one.
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		pl.natives = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
+	}
 	return pl, nil
 }
 
@@ -320,10 +345,13 @@ func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, sta
 }
 
 // SelectVictimsOnNode is DefaultPreemption's choice, widened to whole gangs: a
-// member of a scheduler-plugins PodGroup is evicted with every other running
+// member of a gang (api.GangOf: a scheduler-plugins PodGroup, or a native one
+// with the GenericWorkload gate on) is evicted with every other running
 // member, wherever they run, since a gang missing a member cannot make
-// progress; unless the gang is elastic and keeps its quorum without the
-// victims (reclaim.Candidate.Quorum), as the controller's reclaim does.
+// progress; unless the gang is elastic and keeps its quorum (minMember, or
+// minCount) without the victims (reclaim.Candidate.Quorum), as the
+// controller's reclaim does. Upstream's Evaluator makes a native gang one
+// victim only when its PodGroup asks for disruptionMode All.
 func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.CycleState, preemptor *v1.Pod, nodeInfo fwk.NodeInfo,
 	victims []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
 	pods, violations, status := pl.DefaultPreemption.SelectVictimsOnNode(ctx, state, preemptor, nodeInfo, victims, pdbs)
@@ -336,7 +364,7 @@ func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.
 // withWholeGangs adds the running members of every gang that has a pod in
 // victims and would fall below its quorum without them.
 func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
-	if !slices.ContainsFunc(victims, func(p *v1.Pod) bool { return p.Labels[api.LabelPodGroup] != "" }) {
+	if !slices.ContainsFunc(victims, func(p *v1.Pod) bool { return api.GangKey(p) != "" }) {
 		return victims // no gang: nothing to add (this runs for every node the dry run tries)
 	}
 	chosen := make(map[types.UID]bool, len(victims))
@@ -346,28 +374,28 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 	seen := maps.Clone(chosen)
 	done := map[string]bool{}
 	out := victims
-	lister := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister()
 	for _, p := range victims {
-		group := p.Labels[api.LabelPodGroup]
-		if group == "" || done[p.Namespace+"/"+group] {
+		key := api.GangKey(p)
+		if key == "" || done[key] {
 			continue
 		}
-		done[p.Namespace+"/"+group] = true
-		members, err := lister.Pods(p.Namespace).List(labels.SelectorFromSet(labels.Set{api.LabelPodGroup: group}))
+		done[key] = true
+		members, err := pl.pods.ByIndex(byGang, key)
 		if err != nil {
 			continue
 		}
 		var running []*v1.Pod
 		staying := 0
-		for _, m := range members {
-			if m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.HoldsResources(m) && api.IsBestEffort(m, pl.threshold) {
+		for _, obj := range members {
+			m, ok := obj.(*v1.Pod)
+			if ok && m.Spec.NodeName != "" && m.DeletionTimestamp == nil && api.HoldsResources(m) && api.IsBestEffort(m, pl.threshold) {
 				running = append(running, m)
 				if !chosen[m.UID] {
 					staying++
 				}
 			}
 		}
-		if q := int(evict.Quorum(pl.groups, p.Namespace, group)); q > 0 && staying >= q {
+		if q := int(evict.GangQuorum(pl.groups, pl.natives, p)); q > 0 && staying >= q {
 			continue // elastic: the rest keep running
 		}
 		for _, m := range running {
