@@ -253,3 +253,27 @@ func TestStatusCheck(t *testing.T) {
 		})
 	}
 }
+
+// A bad -o or --days is refused before anything is read, after a wrong number
+// of arguments and -o before --days; good ones go on to the kubeconfig.
+func TestFlagsRefusedBeforeReading(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs", "-o", "table"}, `--output "table": want json, yaml or wide`},
+		{[]string{"describe", "train", "-o", "table"}, `--output "table": want json, yaml or wide`},
+		{[]string{"describe", "-o", "table"}, "accepts 1 arg(s), received 0"},
+		{[]string{"status", "-o", "table", "--days", "0"}, `--output "table": want json, yaml or wide`},
+		{[]string{"status", "--days", "0"}, "--days 0: want 1 to"},
+		{[]string{"service", "chat", "--days", "1000"}, "--days 1000: want 1 to"},
+		{[]string{"service", "chat", "-o", "wide", "--days", "30"}, "kubeconfig"},
+	} {
+		var out, errOut strings.Builder
+		args := append(tc.args, "--kubeconfig", t.TempDir()+"/none")
+		code := Execute(context.Background(), args, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, time.Now)
+		if code != 1 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want 1 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}

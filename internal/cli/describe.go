@@ -18,8 +18,8 @@ import (
 
 type describeOptions struct {
 	*options
-	output string
-	pool   string
+	outputFormat
+	pool string
 }
 
 func newDescribeCommand(o *options) *cobra.Command {
@@ -37,14 +37,9 @@ job's record, not an hour as Events do.`,
   kubectl gleaner describe job.batch/train-llama      # as submit names it
   kubectl gleaner describe Workflow/pipeline-x7k2p -n research`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(d.output); err != nil {
-				return err
-			}
-			return d.run(cmd.Context(), args[0])
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return d.run(cmd.Context(), args[0]) },
 	}
-	outputFlag(cmd, &d.output)
+	d.addOutputFlag(cmd)
 	poolFlag(cmd, &d.pool)
 	return cmd
 }

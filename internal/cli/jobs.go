@@ -23,9 +23,9 @@ import (
 
 type jobsOptions struct {
 	*options
-	output string
-	pool   string
-	watch  bool
+	outputFormat
+	pool  string
+	watch bool
 }
 
 func newJobsCommand(o *options) *cobra.Command {
@@ -41,14 +41,9 @@ reclaim it was warned of; evicted and waiting to resume; done.`,
   kubectl gleaner jobs -n research -o wide
   kubectl gleaner jobs --watch`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(j.output); err != nil {
-				return err
-			}
-			return j.run(cmd.Context())
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return j.run(cmd.Context()) },
 	}
-	outputFlag(cmd, &j.output)
+	j.addOutputFlag(cmd)
 	poolFlag(cmd, &j.pool)
 	cmd.Flags().BoolVarP(&j.watch, "watch", "w", false, "After listing, list again each time the report changes.")
 	return cmd

@@ -221,17 +221,55 @@ func (c *clients) reports(ctx context.Context) ([]v1alpha1.HarvestReport, error)
 	return out, nil
 }
 
-// outputFlag adds -o with the formats a subcommand prints.
-func outputFlag(cmd *cobra.Command, out *string) {
-	cmd.Flags().StringVarP(out, "output", "o", "", "Output format: json, yaml or wide (more columns). Default: text for people.")
+// outputFormat is -o, the format a subcommand prints what it reads in.
+type outputFormat struct{ output string }
+
+// addOutputFlag adds -o to cmd, which refuses any format but json, yaml and
+// wide before it reads anything.
+func (f *outputFormat) addOutputFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.output, "output", "o", "", "Output format: json, yaml or wide (more columns). Default: text for people.")
+	checkFirst(cmd, func() error {
+		switch f.output {
+		case "", "json", "yaml", "wide":
+			return nil
+		}
+		return fmt.Errorf("--output %q: want json, yaml or wide", f.output)
+	})
 }
 
-func checkOutput(out string) error {
-	switch out {
-	case "", "json", "yaml", "wide":
+// dayWindow is --days: the last so many days (UTC), today's included, over
+// which a subcommand sums a report's daily figures.
+type dayWindow struct{ days int }
+
+// addDaysFlag adds --days to cmd with usage, the window of what, which refuses
+// a window a report does not keep before it reads anything.
+func (w *dayWindow) addDaysFlag(cmd *cobra.Command, usage string) {
+	cmd.Flags().IntVar(&w.days, "days", 7, usage)
+	checkFirst(cmd, func() error {
+		if w.days < 1 || w.days > v1alpha1.MaxDays {
+			return fmt.Errorf("--days %d: want 1 to %d", w.days, v1alpha1.MaxDays)
+		}
 		return nil
+	})
+}
+
+// since is the window's first day, a UTC date as reports write it.
+func (w *dayWindow) since(now time.Time) string {
+	return now.UTC().AddDate(0, 0, -(w.days - 1)).Format(time.DateOnly)
+}
+
+// checkFirst has cmd run check once its arguments are checked and before it
+// runs, after the checks added to it before.
+func checkFirst(cmd *cobra.Command, check func() error) {
+	earlier := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if earlier != nil {
+			if err := earlier(cmd, args); err != nil {
+				return err
+			}
+		}
+		return check()
 	}
-	return fmt.Errorf("--output %q: want json, yaml or wide", out)
 }
 
 // printObject prints v as JSON or YAML.

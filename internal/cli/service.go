@@ -15,8 +15,8 @@ import (
 
 type serviceOptions struct {
 	*options
-	output string
-	days   int
+	outputFormat
+	dayWindow
 }
 
 func newServiceCommand(o *options) *cobra.Command {
@@ -38,12 +38,6 @@ the namespace may read it. Without NAME, every service of the namespace.`,
   kubectl gleaner service chat -n serving --days 30 -o yaml`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(s.output); err != nil {
-				return err
-			}
-			if s.days < 1 || s.days > v1alpha1.MaxDays {
-				return fmt.Errorf("--days %d: want 1 to %d", s.days, v1alpha1.MaxDays)
-			}
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
@@ -51,8 +45,8 @@ the namespace may read it. Without NAME, every service of the namespace.`,
 			return s.run(cmd.Context(), name)
 		},
 	}
-	outputFlag(cmd, &s.output)
-	cmd.Flags().IntVar(&s.days, "days", 7, "Window of the waits shown, in days (UTC) up to today.")
+	s.addOutputFlag(cmd)
+	s.addDaysFlag(cmd, "Window of the waits shown, in days (UTC) up to today.")
 	return cmd
 }
 
@@ -130,12 +124,8 @@ func window(svc v1alpha1.ServiceWaits, since string) v1alpha1.WaitCounts {
 	return c
 }
 
-func (s *serviceOptions) since() string {
-	return s.now().UTC().AddDate(0, 0, -(s.days - 1)).Format(time.DateOnly)
-}
-
 func (s *serviceOptions) list(w io.Writer, ns string, st v1alpha1.HarvestReportStatus, budget time.Duration) {
-	since := s.since()
+	since := s.since(s.now())
 	fmt.Fprintf(w, "Waits to be scheduled on the pool, namespace %s, last %d days (since %s UTC):\n", ns, s.days, since)
 	tw := printers.GetNewTabWriter(w)
 	head := "SERVICE\tREPLICAS\tPENDING\tSCHEDULED\tOVER BUDGET\tLONGEST WAIT"
@@ -162,7 +152,7 @@ func (s *serviceOptions) describe(w io.Writer, ns string, svc v1alpha1.ServiceWa
 	fmt.Fprintf(w, "Replicas:       %d now\n", svc.Replicas)
 	fmt.Fprintf(w, "Pending:        %s\n", s.pendingSentence(svc, budget))
 	fmt.Fprintf(w, "Counted since:  %s UTC (%s ago)\n", svc.Since.UTC().Format("2006-01-02 15:04"), s.age(&svc.Since))
-	since := s.since()
+	since := s.since(s.now())
 	c := window(svc, since)
 	fmt.Fprintf(w, "\nLast %d days (since %s UTC): %s\n", s.days, since, counts(c, budget))
 	fmt.Fprintf(w, "In all:         %s\n", counts(svc.Waits, budget))

@@ -22,10 +22,10 @@ import (
 
 type statusOptions struct {
 	*options
-	output        string
+	outputFormat
+	dayWindow
 	pool          string
 	allNamespaces bool
-	days          int
 	check         bool
 }
 
@@ -43,20 +43,12 @@ forecast of lendable GPUs over the next 24 hours.`,
   kubectl gleaner status -A --days 30     # every namespace you may read, over 30 days
   kubectl gleaner status --check          # exit 1 unless Gleaner is lending (helm test runs it)`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(s.output); err != nil {
-				return err
-			}
-			if s.days < 1 || s.days > v1alpha1.MaxDays {
-				return fmt.Errorf("--days %d: want 1 to %d", s.days, v1alpha1.MaxDays)
-			}
-			return s.run(cmd.Context())
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return s.run(cmd.Context()) },
 	}
-	outputFlag(cmd, &s.output)
+	s.addOutputFlag(cmd)
 	poolFlag(cmd, &s.pool)
 	cmd.Flags().BoolVarP(&s.allNamespaces, "all-namespaces", "A", false, "Harvest of every namespace you may read, not only yours.")
-	cmd.Flags().IntVar(&s.days, "days", 7, "Window of the harvest shown, in days (UTC) up to today.")
+	s.addDaysFlag(cmd, "Window of the harvest shown, in days (UTC) up to today.")
 	cmd.Flags().BoolVar(&s.check, "check", false, "Then check that Gleaner can lend, and exit 1 saying what is wrong if not: the pool is published, planned and has GPUs, and gleaner-controller renews its heartbeat Lease (waiting up to the Lease's duration; needs get on that Lease in "+api.SystemNamespace+").")
 	return cmd
 }
@@ -226,7 +218,7 @@ func (s *statusOptions) printHarvest(w io.Writer, ns string, reports []v1alpha1.
 		return
 	}
 	sort.Slice(reports, func(i, j int) bool { return reports[i].Namespace < reports[j].Namespace })
-	since := s.now().UTC().AddDate(0, 0, -(s.days - 1)).Format(time.DateOnly)
+	since := s.since(s.now())
 	fmt.Fprintf(w, "Harvest, last %d days (since %s UTC):\n", s.days, since)
 	tw := printers.GetNewTabWriter(w)
 	fmt.Fprintln(tw, "NAMESPACE\tGPU-HOURS\tVALUE\tALL-TIME GPU-HOURS\tALL-TIME VALUE\tJOBS")

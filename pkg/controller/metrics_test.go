@@ -20,7 +20,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range allMetrics {
+	for _, m := range families.All() {
 		if !strings.Contains(string(docs), "`"+m.FQName()+"`") {
 			t.Errorf("metric %s is not documented in docs/metrics.md", m.FQName())
 		}
@@ -211,14 +211,14 @@ func (s servedMetrics) lookup(name string) (servedMetric, string, bool) {
 	return servedMetric{}, "", false
 }
 
-// controllerMetrics are allMetrics by name, with their labels as their
+// controllerMetrics are the families by name, with their labels as their
 // descriptors say.
 func controllerMetrics(t *testing.T) servedMetrics {
 	t.Helper()
 	RegisterMetrics() // creates them: a descriptor exists from then on
 	variableLabels := regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
 	out := servedMetrics{}
-	for _, m := range allMetrics {
+	for _, m := range families.All() {
 		ch := make(chan *prometheus.Desc, 1)
 		m.Describe(ch)
 		close(ch)

@@ -1,10 +1,9 @@
 package vllm
 
 import (
-	"sync"
-
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/gleaner-dev/gleaner/pkg/metricset"
 )
 
 // Reasons a scrape fails: the values of ScrapeError.Reason and of the
@@ -47,33 +46,22 @@ const (
 
 var endpointStates = []string{StateFresh, StateFailing, StateStale, StatePending, StateNotReady}
 
-var (
-	scrapeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
-		Namespace: "gleaner", Subsystem: "vllm_scrape", Name: "duration_seconds",
-		Help:           "Duration of one scrape of a vLLM /metrics endpoint, successful or not, including parsing.",
-		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
-		StabilityLevel: metrics.ALPHA,
-	})
-	// reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.
-	scrapeErrors = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace: "gleaner", Subsystem: "vllm_scrape", Name: "errors_total",
-		Help:           "Failed scrapes of vLLM /metrics endpoints, by reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"reason"})
-	// state: fresh, failing, stale, pending, not_ready. Every state but fresh counts as busy.
-	endpointsGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Namespace: "gleaner", Subsystem: "vllm_scrape", Name: "endpoints",
-		Help:           "Inference pods known to the vLLM metrics informer, by state: fresh, failing, stale, pending, not_ready. All but fresh count as busy.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"state"})
-)
+// scrapeMetrics are the informer's metrics, gleaner_vllm_scrape_NAME.
+var scrapeMetrics = metricset.New("vllm_scrape")
 
-var registerOnce sync.Once
+var (
+	scrapeDuration = scrapeMetrics.Histogram("duration_seconds",
+		"Duration of one scrape of a vLLM /metrics endpoint, successful or not, including parsing.", metrics.ExponentialBuckets(0.001, 2, 14))
+	// reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.
+	scrapeErrors = scrapeMetrics.CounterVec("errors_total",
+		"Failed scrapes of vLLM /metrics endpoints, by reason: timeout, connection, http_status, body_too_large, parse, not_vllm, too_many_series, invalid_target.", "reason")
+	// state: fresh, failing, stale, pending, not_ready. Every state but fresh counts as busy.
+	endpointsGauge = scrapeMetrics.GaugeVec("endpoints",
+		"Inference pods known to the vLLM metrics informer, by state: fresh, failing, stale, pending, not_ready. All but fresh count as busy.", "state")
+)
 
 // RegisterMetrics adds the informer's metrics to the legacy registry that
 // kube-scheduler and gleaner-controller serve on /metrics. NewInformer calls it.
 func RegisterMetrics() {
-	registerOnce.Do(func() {
-		legacyregistry.MustRegister(scrapeDuration, scrapeErrors, endpointsGauge)
-	})
+	scrapeMetrics.Register()
 }

@@ -11,7 +11,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range All {
+	for _, m := range schedulerMetrics.All() {
 		if !strings.HasPrefix(m.FQName(), "gleaner_scheduler_") {
 			t.Errorf("metric %s is not under gleaner_scheduler_", m.FQName())
 		}
