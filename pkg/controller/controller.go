@@ -488,6 +488,9 @@ type observed struct {
 	round.Observation
 	nodes []*v1.Node
 	pods  []*v1.Pod
+	// gpus[i] is pods[i]'s GPUs, counted once a round: reading every pod's
+	// requests is most of what a round costs at fleet scale.
+	gpus []int64
 	// problems are each service's annotation problems.
 	problems map[string][]string
 	// stop is the admin's kill switch (api.ReadStop).
@@ -514,9 +517,11 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	// first saw them and the one before (the first round of all takes the
 	// API server's word, unless later than now).
 	present := make(map[types.UID]bool, len(podList))
-	for _, p := range podList {
+	podGPUs := make([]int64, len(podList))
+	for i, p := range podList {
 		c.terminations.Saw(p, c.observed, now)
 		present[p.UID] = true
+		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource)
 	}
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
 	c.observed = now
@@ -543,7 +548,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		obs.Nodes = append(obs.Nodes, hn)
 	}
 	var bestEffort []*v1.Pod
-	for _, p := range podList {
+	for pi, p := range podList {
 		if r := reservedAt(p, threshold); r != nil {
 			p = r // a gang member waiting at Permit holds its GPUs there
 		}
@@ -552,7 +557,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			continue
 		}
 		n := &obs.Nodes[i]
-		gpus := api.PodGPUs(p, c.cfg.GPUResource)
+		gpus := podGPUs[pi]
 		if api.IsBestEffort(p, threshold) {
 			switch {
 			case p.DeletionTimestamp == nil:
@@ -591,7 +596,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	var problems map[string][]string
 	var services []ledger.ServiceNow
 	obs.Services, services, problems = c.observeServices(ctx, now, largestNodeGPUs)
-	return observed{Observation: obs, nodes: nodeList, pods: podList, problems: problems, services: services}, nil
+	return observed{Observation: obs, nodes: nodeList, pods: podList, gpus: podGPUs, problems: problems, services: services}, nil
 }
 
 // reservedAt is a best-effort pod that gleaner-scheduler holds at Permit (a
@@ -694,7 +699,7 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 	}
 	c.lastSync = now
 	onPool := func(name string) bool { n, ok := nodes[name]; return ok && n.InPool }
-	for ns, s := range c.ledger.Observe(now, o.pods, onPool, elapsed) {
+	for ns, s := range c.ledger.Observe(now, o.pods, o.gpus, onPool, elapsed) {
 		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
 	}
 	budget := c.cfg.ReclaimBudget()

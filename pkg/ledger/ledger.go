@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -160,46 +161,61 @@ func (l *Ledger) ns(name string) *namespace {
 
 // Observe records one round: pods are every pod the controller sees, onPool
 // says which nodes are the pool's, and elapsed is the time since the last
-// round to count (0: none, e.g. the first round). It returns the GPU-seconds
-// harvested since the last round, per namespace.
-func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string) bool, elapsed time.Duration) map[string]float64 {
+// round to count (0: none, e.g. the first round). gpus[i] is pods[i]'s GPUs
+// as api.PodGPUs counts them, where the caller has counted them already this
+// round (nil: counted here). It returns the GPU-seconds harvested since the
+// last round, per namespace.
+func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool func(node string) bool, elapsed time.Duration) map[string]float64 {
 	harvested := map[string]float64{}
-	seen := map[*job]bool{}
 	byJob := map[*job][]podGPUs{}
-	for _, p := range pods {
-		if !l.Tracked(p, p.Spec.NodeName != "" && onPool(p.Spec.NodeName)) {
+	// Jobs the ledger does not hold yet are gathered first and made only if
+	// the trim to MaxJobs would keep them (admit).
+	newcomers := map[*namespace]map[string]*newcomer{}
+	for i, p := range pods {
+		pooled := p.Spec.NodeName != "" && onPool(p.Spec.NodeName)
+		if !l.Tracked(p, pooled) {
 			continue
 		}
 		n := l.ns(p.Namespace)
+		var g int64
+		if gpus != nil {
+			g = gpus[i]
+		} else {
+			g = api.PodGPUs(p, l.GPUResource)
+		}
+		var held int64
+		if api.HoldsResources(p) && pooled && elapsed > 0 {
+			s := float64(g) * elapsed.Seconds()
+			harvested[p.Namespace] += s
+			held = int64(s + 0.5)
+		}
 		kind, name := api.JobOf(p)
 		key := jobKey(kind, name)
-		j := n.jobs[key]
-		if j == nil {
-			j = &job{Job: v1alpha1.Job{Kind: kind, Name: name, State: v1alpha1.JobWaiting}, pods: map[types.UID]*podSeen{}}
-			n.jobs[key] = j
-			n.changed = true
+		if j := n.jobs[key]; j != nil {
+			byJob[j] = append(byJob[j], podGPUs{p, g})
+			j.HarvestedGPUSeconds += held
+			if created := p.CreationTimestamp.Time; created.Before(j.submitted) {
+				j.submitted = created
+			}
+			continue
 		}
-		seen[j] = true
-		g := api.PodGPUs(p, l.GPUResource)
-		byJob[j] = append(byJob[j], podGPUs{p, g})
-		created := p.CreationTimestamp.Time
-		if !j.known {
-			j.known, j.submitted = true, created
-			l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(created), Type: v1alpha1.EventSubmitted, Pod: p.Name,
-				GPUs: g, Message: "submitted"})
-		} else if created.Before(j.submitted) {
-			j.submitted = created
+		if newcomers[n] == nil {
+			newcomers[n] = map[string]*newcomer{}
 		}
-		if api.HoldsResources(p) && onPool(p.Spec.NodeName) && elapsed > 0 {
-			gpus := float64(g)
-			harvested[p.Namespace] += gpus * elapsed.Seconds()
-			j.HarvestedGPUSeconds += int64(gpus*elapsed.Seconds() + 0.5)
+		c := newcomers[n][key]
+		if c == nil {
+			c = &newcomer{kind: kind, name: name, submitted: p.CreationTimestamp.Time, ended: true}
+			newcomers[n][key] = c
 		}
+		c.pods = append(c.pods, podGPUs{p, g})
+		c.held += held
+		c.submitted = minTime(c.submitted, p.CreationTimestamp.Time)
+		c.ended = c.ended && (p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed)
 	}
 	for nsName, n := range l.namespaces {
 		for _, j := range n.jobs {
-			if seen[j] {
-				l.update(now, n, j, byJob[j])
+			if pods, ok := byJob[j]; ok {
+				l.update(now, n, j, pods)
 				continue
 			}
 			// Its pods are gone: evicted last (their owner may make them
@@ -216,6 +232,16 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 				n.changed = true
 			}
 		}
+		for _, c := range admit(n, newcomers[n]) {
+			j := &job{Job: v1alpha1.Job{Kind: c.kind, Name: c.name, State: v1alpha1.JobWaiting, HarvestedGPUSeconds: c.held},
+				pods: map[types.UID]*podSeen{}, submitted: c.submitted, known: true}
+			n.jobs[jobKey(c.kind, c.name)] = j
+			n.changed = true
+			first := c.pods[0]
+			l.event(n, j, v1alpha1.JobEvent{Time: metav1.NewTime(first.pod.CreationTimestamp.Time), Type: v1alpha1.EventSubmitted, Pod: first.pod.Name,
+				GPUs: first.gpus, Message: "submitted"})
+			l.update(now, n, j, c.pods)
+		}
 		if s := harvested[nsName]; s > 0 {
 			n.status.HarvestedGPUSeconds += int64(s + 0.5)
 			addDaily(&n.status, now, int64(s+0.5))
@@ -223,6 +249,89 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, onPool func(node string)
 		l.trimJobs(n)
 	}
 	return harvested
+}
+
+// newcomer is a job seen in a round that the ledger does not hold yet.
+type newcomer struct {
+	kind, name string
+	pods       []podGPUs
+	// submitted: its oldest pod's creation; held: the GPU-seconds its pods
+	// held this round; ended: every pod of it has finished.
+	submitted time.Time
+	held      int64
+	ended     bool
+}
+
+// admit is the newcomers to make in n, in the order they were seen: those
+// that trimJobs, which keeps the MaxJobs newest jobs that have not ended,
+// would keep beside the jobs n holds. A namespace running thousands of jobs
+// would otherwise make thousands of jobs a round, with their events, only to
+// drop them again.
+func admit(n *namespace, newcomers map[string]*newcomer) []*newcomer {
+	out := make([]*newcomer, 0, len(newcomers))
+	for _, c := range newcomers {
+		out = append(out, c)
+	}
+	byPod := func(a, b *newcomer) int { return cmpPods(a.pods[0].pod, b.pods[0].pod) }
+	if len(n.jobs)+len(out) <= v1alpha1.MaxJobs {
+		slices.SortFunc(out, byPod)
+		return out
+	}
+	// Rank as trimJobs does, newest first: jobs that have not ended, then
+	// the newest submitted; on a tie the job already held stays.
+	type ranked struct {
+		ended     bool
+		submitted time.Time
+		c         *newcomer
+	}
+	all := make([]ranked, 0, len(n.jobs)+len(out))
+	for _, j := range n.jobs {
+		all = append(all, ranked{ended: done(j.State), submitted: j.submitted})
+	}
+	for _, c := range out {
+		all = append(all, ranked{ended: c.ended, submitted: c.submitted, c: c})
+	}
+	slices.SortStableFunc(all, func(a, b ranked) int {
+		switch {
+		case a.ended != b.ended:
+			if a.ended {
+				return 1
+			}
+			return -1
+		case !a.submitted.Equal(b.submitted):
+			return b.submitted.Compare(a.submitted)
+		case (a.c == nil) != (b.c == nil):
+			if a.c == nil {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	out = out[:0]
+	for _, r := range all[:v1alpha1.MaxJobs] {
+		if r.c != nil {
+			out = append(out, r.c)
+		}
+	}
+	slices.SortFunc(out, byPod)
+	return out
+}
+
+// cmpPods orders pods by creation, then name: the order newcomers are made
+// in does not follow the map they were gathered in.
+func cmpPods(a, b *v1.Pod) int {
+	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // podGPUs is a pod and its GPUs, counted once a round.

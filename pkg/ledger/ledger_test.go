@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,16 +32,16 @@ func TestLedgerFollowsAJob(t *testing.T) {
 		}
 		return st.Jobs[0]
 	}
-	l.Observe(t0, pods, onPool, 0)
+	l.Observe(t0, pods, nil, onPool, 0)
 	if j := job(); j.State != v1alpha1.JobWaiting || j.Kind != "Pod" || j.Name != "train-0" || j.Timeline[0].Type != v1alpha1.EventSubmitted {
 		t.Fatalf("pending: %+v", j)
 	}
 	bound := pod.DeepCopy()
 	bound.Spec.NodeName = "gpu-1"
 	now := t0.Add(time.Minute)
-	l.Observe(now, []*v1.Pod{bound}, onPool, 0)
+	l.Observe(now, []*v1.Pod{bound}, nil, onPool, 0)
 	now = now.Add(10 * time.Second)
-	got := l.Observe(now, []*v1.Pod{bound}, onPool, 10*time.Second)
+	got := l.Observe(now, []*v1.Pod{bound}, nil, onPool, 10*time.Second)
 	if got["research"] != 40 {
 		t.Errorf("harvested %v GPU-seconds, want 4 GPUs x 10 s", got)
 	}
@@ -48,15 +49,15 @@ func TestLedgerFollowsAJob(t *testing.T) {
 		t.Fatalf("running: %+v", j)
 	}
 	bound.Annotations = map[string]string{api.AnnotationLastCheckpoint: now.Format(time.RFC3339)}
-	l.Observe(now, []*v1.Pod{bound}, onPool, 0)
-	l.Observe(now, []*v1.Pod{bound}, onPool, 0) // the same checkpoint: one event
+	l.Observe(now, []*v1.Pod{bound}, nil, onPool, 0)
+	l.Observe(now, []*v1.Pod{bound}, nil, onPool, 0) // the same checkpoint: one event
 	l.Noticed(now, map[*v1.Pod]NoticeInfo{bound: {At: now.Add(10 * time.Minute), Node: "gpu-1", Why: "needed by chat/llama"}})
 	l.Noticed(now, map[*v1.Pod]NoticeInfo{bound: {At: now.Add(10 * time.Minute), Node: "gpu-1", Why: "needed by chat/llama"}})
 	if j := job(); j.State != v1alpha1.JobCheckpointing || j.ReclaimNotice == nil || j.LastCheckpoint == nil || len(j.Timeline) != 4 {
 		t.Fatalf("noticed: %+v", j)
 	}
 	l.Evicted(now, bound, "evicted: the GPUs of node gpu-1 are needed by chat/llama", 1200)
-	l.Observe(now, nil, onPool, 0) // the pod is gone
+	l.Observe(now, nil, nil, onPool, 0) // the pod is gone
 	if j := job(); j.State != v1alpha1.JobEvicted || j.Evictions != 1 || j.LostGPUSeconds != 1200 || j.ReclaimNotice != nil {
 		t.Fatalf("evicted: %+v", j)
 	}
@@ -64,10 +65,10 @@ func TestLedgerFollowsAJob(t *testing.T) {
 	again := testobj.BestEffort("research", "train-0", "gpu-2", 4, time.Time{})
 	again.CreationTimestamp = metav1.NewTime(now)
 	again.UID = "a-new-pod-of-the-same-name"
-	l.Observe(now, []*v1.Pod{again}, onPool, 0)
+	l.Observe(now, []*v1.Pod{again}, nil, onPool, 0)
 	done := again.DeepCopy()
 	done.Status.Phase = v1.PodSucceeded
-	l.Observe(now, []*v1.Pod{done}, onPool, 0)
+	l.Observe(now, []*v1.Pod{done}, nil, onPool, 0)
 	j := job()
 	var types []string
 	for _, e := range j.Timeline {
@@ -92,13 +93,13 @@ func TestLedgerCountsOtherDisruptions(t *testing.T) {
 	onPool := func(string) bool { return true }
 	a := testobj.BestEffort("research", "a", "gpu-1", 2, time.Time{})
 	b := testobj.BestEffort("research", "b", "gpu-1", 2, time.Time{})
-	l.Observe(t0, []*v1.Pod{a, b}, onPool, 0)
+	l.Observe(t0, []*v1.Pod{a, b}, nil, onPool, 0)
 	l.Evicted(t0, a, "evicted: needed by chat", 0)
 	for _, p := range []*v1.Pod{a, b} {
 		p.Status.Phase = v1.PodFailed
 		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "PreemptionByScheduler", Message: "preempted by serving/chat-1"}}
 	}
-	l.Observe(t0.Add(time.Second), []*v1.Pod{a, b}, onPool, 0)
+	l.Observe(t0.Add(time.Second), []*v1.Pod{a, b}, nil, onPool, 0)
 	st, _ := l.Report("research", t0, nil)
 	for _, j := range st.Jobs {
 		var types []string
@@ -118,14 +119,14 @@ func TestLedgerRestore(t *testing.T) {
 	pod := testobj.BestEffort("research", "p", "gpu-1", 2, time.Time{})
 	pod.CreationTimestamp = metav1.NewTime(t0)
 	a := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
-	a.Observe(t0, []*v1.Pod{pod}, onPool, 0)
-	a.Observe(t0.Add(time.Hour), []*v1.Pod{pod}, onPool, time.Hour)
+	a.Observe(t0, []*v1.Pod{pod}, nil, onPool, 0)
+	a.Observe(t0.Add(time.Hour), []*v1.Pod{pod}, nil, onPool, time.Hour)
 	published, _ := a.Report("research", t0.Add(time.Hour), nil)
 
 	b := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
 	b.Restore("research", published)
-	b.Observe(t0.Add(2*time.Hour), []*v1.Pod{pod}, onPool, 0)
-	b.Observe(t0.Add(3*time.Hour), []*v1.Pod{pod}, onPool, time.Hour)
+	b.Observe(t0.Add(2*time.Hour), []*v1.Pod{pod}, nil, onPool, 0)
+	b.Observe(t0.Add(3*time.Hour), []*v1.Pod{pod}, nil, onPool, time.Hour)
 	st, _ := b.Report("research", t0.Add(3*time.Hour), &v1alpha1.Price{PerGPUHour: "2.50", Currency: "USD"})
 	if st.HarvestedGPUSeconds != 4*3600 || st.Jobs[0].HarvestedGPUSeconds != 4*3600 {
 		t.Errorf("harvest %d (job %d), want 2 GPUs x 2 h", st.HarvestedGPUSeconds, st.Jobs[0].HarvestedGPUSeconds)
@@ -135,6 +136,55 @@ func TestLedgerRestore(t *testing.T) {
 	}
 	if n := len(st.Jobs[0].Timeline); n != 2 {
 		t.Errorf("timeline %+v: want Submitted and Placed once", st.Jobs[0].Timeline)
+	}
+}
+
+// A namespace running more jobs than a report holds keeps the same newest
+// MaxJobs round after round: the others are not made and dropped again each
+// round, which would rewrite its HarvestReport every round for nothing. A
+// newer job takes the oldest one's place; an older one finds none.
+func TestLedgerOverTheCapIsSteady(t *testing.T) {
+	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
+	onPool := func(string) bool { return true }
+	job := func(name string, created time.Time) *v1.Pod {
+		p := testobj.BestEffort("tenant", name, "gpu-1", 1, created)
+		p.CreationTimestamp = metav1.NewTime(created)
+		return p
+	}
+	var pods []*v1.Pod
+	for i := range 3 * v1alpha1.MaxJobs {
+		pods = append(pods, job(fmt.Sprintf("p%d", i), t0.Add(time.Duration(i)*time.Second)))
+	}
+	names := func(st v1alpha1.HarvestReportStatus) []string {
+		var out []string
+		for _, j := range st.Jobs {
+			out = append(out, j.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	l.Observe(t0.Add(time.Hour), pods, nil, onPool, 0)
+	first, _ := l.Report("tenant", t0.Add(time.Hour), nil)
+	l.Published("tenant")
+	for round := range 3 {
+		now := t0.Add(time.Hour + time.Duration(round+1)*5*time.Second)
+		l.Observe(now, pods, nil, onPool, 5*time.Second)
+		st, changed := l.Report("tenant", now, nil)
+		if changed {
+			t.Fatalf("round %d: the report changed with no pod changed", round+2)
+		}
+		if got, want := names(st), names(first); !slices.Equal(got, want) {
+			t.Fatalf("round %d: jobs %v, want the same %d as the first round's", round+2, got, len(want))
+		}
+	}
+	newest, oldest := job("newest", t0.Add(time.Hour)), job("oldest", t0.Add(-time.Hour))
+	now := t0.Add(2 * time.Hour)
+	l.Observe(now, append(pods, newest, oldest), nil, onPool, 0)
+	st, changed := l.Report("tenant", now, nil)
+	got := names(st)
+	if !changed || len(got) != v1alpha1.MaxJobs || !slices.Contains(got, "newest") || slices.Contains(got, "oldest") ||
+		slices.Contains(got, fmt.Sprintf("p%d", 2*v1alpha1.MaxJobs)) || !slices.Contains(got, fmt.Sprintf("p%d", 2*v1alpha1.MaxJobs+1)) {
+		t.Fatalf("after a newer and an older job: changed=%v, jobs %v", changed, got)
 	}
 }
 
@@ -149,7 +199,7 @@ func TestLedgerBounds(t *testing.T) {
 		p.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(i) * time.Second))
 		pods = append(pods, p)
 	}
-	l.Observe(t0, pods, onPool, 0)
+	l.Observe(t0, pods, nil, onPool, 0)
 	st, _ := l.Report("tenant", t0, nil)
 	if len(st.Jobs) != v1alpha1.MaxJobs || st.Jobs[0].Name != fmt.Sprintf("p%d", 3*v1alpha1.MaxJobs-1) {
 		t.Fatalf("%d jobs, newest %s", len(st.Jobs), st.Jobs[0].Name)
@@ -160,11 +210,11 @@ func TestLedgerBounds(t *testing.T) {
 	for i := range 200 {
 		p = p.DeepCopy()
 		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: t0.Add(time.Duration(i) * time.Second).Format(time.RFC3339)}
-		l.Observe(t0.Add(time.Hour), []*v1.Pod{p}, onPool, 0)
+		l.Observe(t0.Add(time.Hour), []*v1.Pod{p}, nil, onPool, 0)
 	}
 	future := p.DeepCopy()
 	future.Annotations = map[string]string{api.AnnotationLastCheckpoint: t0.Add(48 * time.Hour).Format(time.RFC3339)}
-	l.Observe(t0.Add(time.Hour), []*v1.Pod{future}, onPool, 0)
+	l.Observe(t0.Add(time.Hour), []*v1.Pod{future}, nil, onPool, 0)
 	l.Evicted(t0.Add(time.Hour), future, strings.Repeat("é", 1000), 0)
 	st, _ = l.Report("tenant", t0.Add(time.Hour), nil)
 	var chatty v1alpha1.Job
