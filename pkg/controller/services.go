@@ -30,26 +30,35 @@ const (
 	ReasonScaled            = "GleanerScaled"
 )
 
-// deploymentFor finds the inference Deployment serving key (namespace/service):
-// the one whose pod template carries gleaner.dev/service=service, else the one
-// named service, as the metrics informer names services.
-func deploymentFor(deployments []*appsv1.Deployment, namespace, name string) *appsv1.Deployment {
-	var byName *appsv1.Deployment
+// deploymentIndex finds the inference Deployment serving a service
+// (namespace/service): the one whose pod template carries
+// gleaner.dev/service=service, else the one of that name whose template
+// carries no such label, as the metrics informer names services. It is built
+// once a round: a round looks up every service, and a scan of every
+// Deployment for each was quadratic in the fleet's services.
+type deploymentIndex struct {
+	byLabel, byName map[string]*appsv1.Deployment
+}
+
+func indexDeployments(deployments []*appsv1.Deployment) deploymentIndex {
+	x := deploymentIndex{byLabel: map[string]*appsv1.Deployment{}, byName: map[string]*appsv1.Deployment{}}
 	for _, d := range deployments {
-		if d.Namespace != namespace {
-			continue
-		}
 		if svc, ok := d.Spec.Template.Labels[api.LabelService]; ok {
-			if svc == name {
-				return d
+			if key := d.Namespace + "/" + svc; x.byLabel[key] == nil {
+				x.byLabel[key] = d
 			}
 			continue
 		}
-		if d.Name == name {
-			byName = d
-		}
+		x.byName[d.Namespace+"/"+d.Name] = d
 	}
-	return byName
+	return x
+}
+
+func (x deploymentIndex) serving(key string) *appsv1.Deployment {
+	if d := x.byLabel[key]; d != nil {
+		return d
+	}
+	return x.byName[key]
 }
 
 // serviceOf names the service a Deployment's pods serve.
@@ -113,6 +122,7 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 	summaries := make([]ledger.ServiceNow, 0, len(keys))
 	problems := map[string][]string{}
 	clear(c.served)
+	index := indexDeployments(deployments)
 	for _, key := range keys {
 		ns, name, _ := strings.Cut(key, "/")
 		sn := ledger.ServiceNow{Namespace: ns, Name: name, Replicas: int32(len(replicas[key])), PendingSince: pendingSince[key]}
@@ -123,7 +133,7 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 		}
 		summaries = append(summaries, sn)
 		s := round.Service{Key: key, Replicas: replicas[key], Settings: demand.Settings{TargetLoad: defaults.TargetLoad}}
-		if d := deploymentFor(deployments, ns, name); d != nil {
+		if d := index.serving(key); d != nil {
 			c.served[key] = d
 			templateGPUs := api.PodGPUs(&v1.Pod{Spec: d.Spec.Template.Spec}, c.cfg.GPUResource)
 			s.Settings, problems[key] = demand.ParseSettings(d.Annotations, templateGPUs, largestNodeGPUs, defaults)
