@@ -171,6 +171,16 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 	// Jobs the ledger does not hold yet are gathered first and made only if
 	// the trim to MaxJobs would keep them (admit).
 	newcomers := map[*namespace]map[string]*newcomer{}
+	// A namespace already holding MaxJobs jobs that have not ended keeps no
+	// job submitted at or before the oldest of them (its pods are at least as
+	// old as it): such a pod is passed over before anything is made for it.
+	// Should one of the held jobs end this round, the slot is filled the next.
+	full := map[*namespace]time.Time{}
+	for _, n := range l.namespaces {
+		if oldest, ok := n.oldestOfFull(); ok {
+			full[n] = oldest
+		}
+	}
 	for i, p := range pods {
 		pooled := p.Spec.NodeName != "" && onPool(p.Spec.NodeName)
 		if !l.Tracked(p, pooled) {
@@ -197,6 +207,9 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 			if created := p.CreationTimestamp.Time; created.Before(j.submitted) {
 				j.submitted = created
 			}
+			continue
+		}
+		if oldest, ok := full[n]; ok && !p.CreationTimestamp.Time.After(oldest) {
 			continue
 		}
 		if newcomers[n] == nil {
@@ -249,6 +262,26 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 		l.trimJobs(n)
 	}
 	return harvested
+}
+
+// oldestOfFull is, when n holds MaxJobs jobs or more that have not ended,
+// the oldest submission among them.
+func (n *namespace) oldestOfFull() (time.Time, bool) {
+	if len(n.jobs) < v1alpha1.MaxJobs {
+		return time.Time{}, false
+	}
+	var oldest time.Time
+	live := 0
+	for _, j := range n.jobs {
+		if done(j.State) {
+			continue
+		}
+		if live == 0 || j.submitted.Before(oldest) {
+			oldest = j.submitted
+		}
+		live++
+	}
+	return oldest, live >= v1alpha1.MaxJobs
 }
 
 // newcomer is a job seen in a round that the ledger does not hold yet.
