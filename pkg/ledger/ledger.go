@@ -56,9 +56,8 @@ type job struct {
 	// time of their last event: a pod of that name created by then is the
 	// one named (seen again after a restart), a later one is new.
 	restored map[string]restoredPod
-	// submitted: the oldest pod's creation; known: its submission is recorded.
+	// submitted: the oldest pod's creation.
 	submitted time.Time
-	known     bool
 }
 
 type restoredPod struct {
@@ -106,7 +105,7 @@ func (l *Ledger) Restore(ns string, st v1alpha1.HarvestReportStatus) {
 			if len(n.jobs) >= v1alpha1.MaxJobs {
 				continue
 			}
-			j = &job{Job: stored, pods: map[types.UID]*podSeen{}, known: true}
+			j = &job{Job: stored, pods: map[types.UID]*podSeen{}}
 			j.Timeline = nil
 			n.jobs[key] = j
 		} else {
@@ -247,7 +246,7 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 		}
 		for _, c := range admit(n, newcomers[n]) {
 			j := &job{Job: v1alpha1.Job{Kind: c.kind, Name: c.name, State: v1alpha1.JobWaiting, HarvestedGPUSeconds: c.held},
-				pods: map[types.UID]*podSeen{}, submitted: c.submitted, known: true}
+				pods: map[types.UID]*podSeen{}, submitted: c.submitted}
 			n.jobs[jobKey(c.kind, c.name)] = j
 			n.changed = true
 			first := c.pods[0]
@@ -325,21 +324,16 @@ func admit(n *namespace, newcomers map[string]*newcomer) []*newcomer {
 		all = append(all, ranked{ended: c.ended, submitted: c.submitted, c: c})
 	}
 	slices.SortStableFunc(all, func(a, b ranked) int {
-		switch {
-		case a.ended != b.ended:
-			if a.ended {
-				return 1
-			}
-			return -1
-		case !a.submitted.Equal(b.submitted):
-			return b.submitted.Compare(a.submitted)
-		case (a.c == nil) != (b.c == nil):
-			if a.c == nil {
-				return -1
-			}
-			return 1
+		if c := droppedFirst(b.ended, b.submitted, a.ended, a.submitted); c != 0 {
+			return c
 		}
-		return 0
+		switch {
+		case (a.c == nil) == (b.c == nil):
+			return 0
+		case a.c == nil:
+			return -1
+		}
+		return 1
 	})
 	out = out[:0]
 	for _, r := range all[:v1alpha1.MaxJobs] {
@@ -351,13 +345,13 @@ func admit(n *namespace, newcomers map[string]*newcomer) []*newcomer {
 	return out
 }
 
-// cmpPods orders pods by creation, then name: the order newcomers are made
-// in does not follow the map they were gathered in.
+// cmpPods orders one namespace's pods by creation, then name: the order
+// newcomers are made in does not follow the map they were gathered in.
 func cmpPods(a, b *v1.Pod) int {
 	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c
 	}
-	return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	return strings.Compare(a.Name, b.Name)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -621,15 +615,25 @@ func (l *Ledger) trimJobs(n *namespace) {
 	}
 	sort.Slice(keys, func(a, b int) bool {
 		ja, jb := n.jobs[keys[a]], n.jobs[keys[b]]
-		if da, db := done(ja.State), done(jb.State); da != db {
-			return da
-		}
-		return ja.submitted.Before(jb.submitted)
+		return droppedFirst(done(ja.State), ja.submitted, done(jb.State), jb.submitted) < 0
 	})
 	for _, k := range keys[:len(keys)-v1alpha1.MaxJobs] {
 		delete(n.jobs, k)
 	}
 	n.changed = true
+}
+
+// droppedFirst orders jobs as a full namespace gives them up: those that
+// have ended, then the oldest submitted. trimJobs drops by it, and admit
+// makes no newcomer that it would drop.
+func droppedFirst(aEnded bool, aSubmitted time.Time, bEnded bool, bSubmitted time.Time) int {
+	if aEnded != bEnded {
+		if aEnded {
+			return -1
+		}
+		return 1
+	}
+	return aSubmitted.Compare(bSubmitted)
 }
 
 func done(s v1alpha1.JobState) bool {
