@@ -49,7 +49,6 @@ type auditor struct {
 	blocked map[types.UID]time.Time
 	longest map[string]time.Duration
 
-	scenario string
 	budget   time.Duration
 	breaches []string
 	binds    int
@@ -130,10 +129,10 @@ func startAudit(t *testing.T, ctx context.Context, client kubernetes.Interface, 
 
 // begin starts auditing one scenario: the budget returns to budget, and
 // waits and breaches start afresh.
-func (a *auditor) begin(name string, budget time.Duration) {
+func (a *auditor) begin(budget time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.scenario, a.budget, a.breaches, a.binds = name, budget, nil, 0
+	a.budget, a.breaches, a.binds = budget, nil, 0
 	a.longest = map[string]time.Duration{}
 	for uid := range a.blocked {
 		a.blocked[uid] = time.Now()
@@ -175,7 +174,7 @@ func (a *auditor) check(t *testing.T) {
 	now := time.Now()
 	for uid, since := range a.blocked {
 		if p := a.pods[uid]; p != nil {
-			a.longest[p.Namespace+"/"+p.Name] = max(a.longest[p.Namespace+"/"+p.Name], now.Sub(since))
+			a.waited(p, now.Sub(since))
 		}
 	}
 	var worst time.Duration
@@ -267,7 +266,7 @@ func (a *auditor) podGone(p *v1.Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if since, ok := a.blocked[p.UID]; ok {
-		a.longest[p.Namespace+"/"+p.Name] = max(a.longest[p.Namespace+"/"+p.Name], time.Since(since))
+		a.waited(p, time.Since(since))
 		delete(a.blocked, p.UID)
 	}
 	delete(a.pods, p.UID)
@@ -326,13 +325,12 @@ func (a *auditor) waits(now time.Time) {
 			free = free || room >= want
 			freeable = freeable || room+lent[name] >= want
 		}
-		key := p.Namespace + "/" + p.Name
 		since, waiting := a.blocked[uid]
 		switch {
 		case !free && freeable && !waiting:
 			a.blocked[uid] = now
 		case (free || !freeable) && waiting:
-			a.longest[key] = max(a.longest[key], now.Sub(since))
+			a.waited(p, now.Sub(since))
 			delete(a.blocked, uid)
 		}
 	}
@@ -340,12 +338,17 @@ func (a *auditor) waits(now time.Time) {
 		p := a.pods[uid]
 		if p == nil || p.Spec.NodeName != "" {
 			if p != nil {
-				key := p.Namespace + "/" + p.Name
-				a.longest[key] = max(a.longest[key], now.Sub(since))
+				a.waited(p, now.Sub(since))
 			}
 			delete(a.blocked, uid)
 		}
 	}
+}
+
+// waited records that inference replica p waited d for lent GPUs.
+func (a *auditor) waited(p *v1.Pod, d time.Duration) {
+	key := p.Namespace + "/" + p.Name
+	a.longest[key] = max(a.longest[key], d)
 }
 
 // mayRun says whether the scheduler could place p on n, as far as the

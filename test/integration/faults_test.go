@@ -77,7 +77,7 @@ func TestFaults(t *testing.T) {
 	budget := scrapeInterval + graceCap + 5*time.Second
 	audit := startAudit(t, env.ctx, env.client, budget)
 	scenario := func(name string, f func(t *testing.T)) {
-		audit.begin(name, budget)
+		audit.begin(budget)
 		if t.Run(name, func(t *testing.T) { f(t); audit.check(t) }) {
 			return
 		}
