@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -36,6 +37,11 @@ type ServingOptions struct {
 	SecureServing  *apiserveroptions.SecureServingOptions
 	Authentication *apiserveroptions.DelegatingAuthenticationOptions
 	Authorization  *apiserveroptions.DelegatingAuthorizationOptions
+	// Profiling serves Go's /debug/pprof/ handlers behind the same
+	// authentication and authorization as /metrics (a SubjectAccessReview of
+	// get on the non-resource URL), as kube-scheduler's --profiling does. Off
+	// by default: a heap profile names the objects the controller holds.
+	Profiling bool
 }
 
 // NewServingOptions returns the defaults: port 10261 on every address.
@@ -63,6 +69,8 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	o.SecureServing.AddFlags(fs)
 	o.Authentication.AddFlags(fs)
 	o.Authorization.AddFlags(fs)
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling,
+		"Serve Go's profiles at /debug/pprof/ on the secure port, to callers allowed get on that non-resource URL.")
 }
 
 // Validate reports every invalid flag, each by name.
@@ -117,15 +125,15 @@ func (o *ServingOptions) Serve(ctx context.Context, kubeconfig string, health, r
 	if err := o.Authorization.ApplyTo(&authz); err != nil {
 		return nil, fmt.Errorf("delegated authorization: %w", err)
 	}
-	handler := withAuth(endpoints(health, ready), authn, authz)
+	handler := withAuth(endpoints(health, ready, o.Profiling), authn, authz)
 	if _, _, err := secure.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
 		return nil, fmt.Errorf("serving health and metrics: %w", err)
 	}
 	return secure.Listener.Addr(), nil
 }
 
-// endpoints is the controller's mux.
-func endpoints(health, ready []HealthCheck) http.Handler {
+// endpoints is the controller's mux; profiling adds /debug/pprof/.
+func endpoints(health, ready []HealthCheck, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	handle := func(path string, checks []HealthCheck) {
 		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
@@ -141,6 +149,13 @@ func endpoints(health, ready []HealthCheck) http.Handler {
 	handle("/healthz", health)
 	handle("/readyz", append(append([]HealthCheck(nil), health...), ready...))
 	mux.Handle("/metrics", legacyregistry.Handler())
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
