@@ -14,6 +14,8 @@ import (
 )
 
 const (
+	// Prefix begins every label and annotation key of Gleaner's.
+	Prefix = "gleaner.dev/"
 	// LabelRole marks inference pods (value RoleInference).
 	LabelRole     = "gleaner.dev/role"
 	RoleInference = "inference"

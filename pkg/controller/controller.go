@@ -292,7 +292,7 @@ func New(client kubernetes.Interface, cfg Config) (*Controller, error) {
 }
 
 func newController(client kubernetes.Interface, cfg Config, load loadSource) *Controller {
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimObject))
 	nodes := factory.Core().V1().Nodes()
 	pods := factory.Core().V1().Pods()
 	deployments := factory.Apps().V1().Deployments()
