@@ -34,6 +34,7 @@ import (
 	pgclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gleaner-dev/gleaner/internal/memlimit"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/api/v1alpha1"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
@@ -297,6 +298,7 @@ func run(args []string) error {
 		}
 	}
 	klog.InfoS("Starting", "version", version.String())
+	memlimit.Set()
 	controller.RegisterMetrics()
 	// Everything is checked before campaigning: a controller that cannot plan
 	// must not hold the Lease while the scheduler waits on it.

@@ -10,6 +10,7 @@ import (
 	k8sversion "k8s.io/component-base/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
+	"github.com/gleaner-dev/gleaner/internal/memlimit"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gang"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/gpuharvest"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/reclaimpreemption"
@@ -48,6 +49,7 @@ schedulerName: gleaner-scheduler. Its profile and plugin args are read from
 			fmt.Fprintf(c.OutOrStdout(), "%s\nkube-scheduler %s\n", version.String(), k8sversion.Get().GitVersion)
 			os.Exit(0)
 		}
+		memlimit.Set()
 		if pre != nil {
 			return pre(c, args)
 		}
