@@ -292,7 +292,7 @@ func New(client kubernetes.Interface, cfg Config) (*Controller, error) {
 }
 
 func newController(client kubernetes.Interface, cfg Config, load loadSource) *Controller {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimObject))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimObjects(cfg.GPUResource)))
 	nodes := factory.Core().V1().Nodes()
 	pods := factory.Core().V1().Pods()
 	deployments := factory.Apps().V1().Deployments()

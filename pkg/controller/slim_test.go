@@ -33,6 +33,8 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	c.Command = []string{"python", "train.py"}
 	c.VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	c.LivenessProbe = &v1.Probe{InitialDelaySeconds: 5}
+	c.Resources.Requests[v1.ResourceCPU] = resource.MustParse("8")
+	c.Resources.Limits = v1.ResourceList{v1.ResourceCPU: resource.MustParse("8")}
 	pod.Spec.InitContainers = []v1.Container{{Name: "sidecar", RestartPolicy: &always,
 		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}, Env: c.Env}}
 	pod.Spec.Volumes = []v1.Volume{{Name: "data"}}
@@ -41,7 +43,9 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
 	before := pod.DeepCopy()
 
-	out, err := slimObject(pod)
+	gpu := v1.ResourceName("nvidia.com/gpu")
+	transform := slimObjects(gpu)
+	out, err := transform(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +53,8 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	if slim.ManagedFields != nil || slim.Spec.Volumes != nil || slim.Status.ContainerStatuses != nil ||
 		slim.Spec.Containers[0].Env != nil || slim.Spec.Containers[0].Command != nil ||
 		slim.Spec.Containers[0].VolumeMounts != nil || slim.Spec.Containers[0].LivenessProbe != nil ||
-		slim.Spec.InitContainers[0].Env != nil {
+		slim.Spec.InitContainers[0].Env != nil || slim.Spec.Containers[0].Resources.Limits != nil ||
+		len(slim.Spec.Containers[0].Resources.Requests) != 1 {
 		t.Errorf("the transform kept what the controller never reads: %+v", slim)
 	}
 	if _, kept := slim.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; kept {
@@ -60,7 +65,6 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 			t.Errorf("annotation %s = %q, want %q", key, slim.Annotations[key], before.Annotations[key])
 		}
 	}
-	gpu := v1.ResourceName("nvidia.com/gpu")
 	if got, want := api.PodGPUs(slim, gpu), api.PodGPUs(before, gpu); got != want || want != 3 {
 		t.Errorf("the pod counts %d GPUs after the transform, %d before (want 3: two and a GPU sidecar)", got, want)
 	}
@@ -73,7 +77,7 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	node := testobj.Node("gpu-1", 8)
 	node.Status.Images = []v1.ContainerImage{{Names: []string{"registry/vllm:latest"}, SizeBytes: 1 << 34}}
 	node.ManagedFields = pod.ManagedFields
-	out, _ = slimObject(node)
+	out, _ = transform(node)
 	if n := out.(*v1.Node); n.Status.Images != nil || n.ManagedFields != nil || !n.Status.Allocatable[gpu].Equal(resource.MustParse("8")) {
 		t.Errorf("node after the transform: images %v, managed fields %v, allocatable %v", n.Status.Images, n.ManagedFields, n.Status.Allocatable)
 	}
