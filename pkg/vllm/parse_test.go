@@ -841,3 +841,24 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestPooledParserKeepsNothingParsed: a parser parked in the pool between
+// scrapes must not hold the families it parsed (one per scrape in flight,
+// they were most of the informer's heap at 10,000 endpoints).
+func TestPooledParserKeepsNothingParsed(t *testing.T) {
+	body := "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+	families, err := parseText(strings.NewReader(body))
+	if err != nil || len(families) != 1 {
+		t.Fatalf("parseText = %d families, %v; want 1", len(families), err)
+	}
+	// Without a collection between, Get returns the parser just put back on
+	// this P (a new one, holding nothing, if the goroutine moved).
+	parser := textParsers.Get()
+	defer textParsers.Put(parser)
+	if held := reflect.ValueOf(parser).Elem().FieldByName("metricFamiliesByName"); !held.IsValid() || held.Len() != 0 {
+		t.Errorf("a parser in the pool holds %d families of its last parse", held.Len())
+	}
+	if len(families) != 1 || families["vllm:num_requests_running"] == nil {
+		t.Errorf("releasing the parser changed the families it returned: %v", families)
+	}
+}

@@ -65,6 +65,10 @@ func NewHTTPClient(o ClientOptions) (*http.Client, error) {
 	// Gzip would cost the vLLM server CPU on every scrape, in the process that
 	// serves inference, to save pod-network bytes that are cheap.
 	t.DisableCompression = true
+	// A scrape's request is one GET of a few hundred bytes (a bearer token
+	// adds about one KiB): the stock 4 KiB write buffer, held by every idle
+	// connection, is 40 MB over 10,000 endpoints.
+	t.WriteBufferSize = 1 << 10
 
 	if o.CAFile != "" || o.TLSServerName != "" || o.InsecureSkipTLSVerify {
 		tc := &tls.Config{ServerName: o.TLSServerName, InsecureSkipVerify: o.InsecureSkipTLSVerify, MinVersion: tls.VersionTLS12}
