@@ -31,6 +31,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,6 +46,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gleaner-dev/gleaner/internal/memlimit"
 	"github.com/gleaner-dev/gleaner/internal/vllmsim"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -57,6 +59,8 @@ type config struct {
 	steady          time.Duration
 	scenarios       map[string]bool
 	extraFlags      []string
+	profiles        bool
+	memoryLimit     int64
 }
 
 type size struct{ nodes, pods int }
@@ -73,6 +77,8 @@ func main() {
 	flag.DurationVar(&cfg.steady, "steady", time.Minute, "Length of the steady-state window.")
 	flag.StringVar(&scenarios, "scenarios", "window,steady,restart,loadstep", "Scenarios to report (all run in order when later ones are asked for).")
 	flag.StringVar(&extra, "controller-flags", "", "Extra gleaner-controller flags, space-separated.")
+	flag.Int64Var(&cfg.memoryLimit, "controller-memory-limit", 0, "Run the controller as in a container with this memory limit in bytes: GOMEMLIMIT at the fraction of it the controller sets itself (internal/memlimit). 0: no limit.")
+	flag.BoolVar(&cfg.profiles, "profiles", false, "Run the controller with --profiling and keep a CPU profile of the steady window and a heap profile at its end (steady-cpu.pprof, steady-heap.pprof).")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
 		n, p, ok := strings.Cut(s, ":")
@@ -214,8 +220,12 @@ func runSize(parent context.Context, cfg config, sz size, w io.Writer) (rows []s
 
 	// steady
 	m := b.begin("steady")
+	profiled := b.profileSteady(ctx)
 	if err := sleep(ctx, cfg.steady); err != nil {
 		return rows, err
+	}
+	if err := <-profiled; err != nil {
+		fmt.Fprintf(w, "Profiles: %v\n\n", err)
 	}
 	r := b.end(ctx, m)
 	rows = append(rows, r.row())
@@ -318,13 +328,50 @@ func (b *bench) startController(ctx context.Context, name string, flags []string
 		"--open-after=0",
 		"--v=2",
 	}
+	if b.cfg.profiles {
+		args = append(args, "--profiling")
+	}
 	args = append(append(args, flags...), b.cfg.extraFlags...)
-	if b.ctrl, err = start(b.dir, name, filepath.Join(b.cfg.bin, "gleaner-controller"), args...); err != nil {
+	var env []string
+	if b.cfg.memoryLimit > 0 {
+		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(b.cfg.memoryLimit)*memlimit.Fraction))}
+		fmt.Fprintf(b.w, "%s: GOMEMLIMIT %d bytes, as under a %d MiB container limit.\n\n", name, int64(float64(b.cfg.memoryLimit)*memlimit.Fraction), b.cfg.memoryLimit>>20)
+	}
+	if b.ctrl, err = startEnv(b.dir, name, filepath.Join(b.cfg.bin, "gleaner-controller"), env, args...); err != nil {
 		return err
 	}
 	b.ctrlPort = port
 	b.rss.reset(b.ctrl.pid())
 	return waitHTTP(ctx, b.ctrl, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), "", 60*time.Second)
+}
+
+// profileSteady, with -profiles, takes a CPU profile of the steady window
+// but its last 5 s, then a heap profile after a collection, into the size's
+// directory. The channel gets nil at once without -profiles.
+func (b *bench) profileSteady(ctx context.Context) <-chan error {
+	done := make(chan error, 1)
+	if !b.cfg.profiles {
+		done <- nil
+		return done
+	}
+	base := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/", b.ctrlPort)
+	secs := max(1, int((b.cfg.steady-5*time.Second)/time.Second))
+	client := &http.Client{Timeout: time.Duration(secs+60) * time.Second, Transport: insecureHTTP.Transport}
+	go func() {
+		var errs []error
+		for _, p := range []struct{ path, file string }{
+			{fmt.Sprintf("profile?seconds=%d", secs), "steady-cpu.pprof"},
+			{"heap?gc=1", "steady-heap.pprof"},
+		} {
+			body, err := getWith(ctx, client, base+p.path, b.cluster.token)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(b.dir, p.file), body, 0o644)
+			}
+			errs = append(errs, err)
+		}
+		done <- errors.Join(errs...)
+	}()
+	return done
 }
 
 func (b *bench) controllerMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {

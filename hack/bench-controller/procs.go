@@ -32,6 +32,11 @@ type proc struct {
 // start runs binary with args in a process group of its own, killed with
 // this process should it die first.
 func start(dir, name, binary string, args ...string) (*proc, error) {
+	return startEnv(dir, name, binary, nil, args...)
+}
+
+// startEnv is start with env added to this process's environment.
+func startEnv(dir, name, binary string, env []string, args ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -40,6 +45,9 @@ func start(dir, name, binary string, args ...string) (*proc, error) {
 	fmt.Fprintf(f, "# %s %s\n", binary, strings.Join(args, " "))
 	p := &proc{name: name, cmd: exec.Command(binary, args...), log: logPath, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
@@ -94,6 +102,10 @@ var insecureHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Tran
 
 // get fetches url with an optional bearer token and returns the body of a 200.
 func get(ctx context.Context, url, token string) ([]byte, error) {
+	return getWith(ctx, insecureHTTP, url, token)
+}
+
+func getWith(ctx context.Context, client *http.Client, url, token string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -101,7 +113,7 @@ func get(ctx context.Context, url, token string) ([]byte, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := insecureHTTP.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
