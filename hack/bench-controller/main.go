@@ -334,8 +334,9 @@ func (b *bench) startController(ctx context.Context, name string, flags []string
 	args = append(append(args, flags...), b.cfg.extraFlags...)
 	var env []string
 	if b.cfg.memoryLimit > 0 {
-		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(b.cfg.memoryLimit)*memlimit.Fraction))}
-		fmt.Fprintf(b.w, "%s: GOMEMLIMIT %d bytes, as under a %d MiB container limit.\n\n", name, int64(float64(b.cfg.memoryLimit)*memlimit.Fraction), b.cfg.memoryLimit>>20)
+		soft := memlimit.Soft(b.cfg.memoryLimit)
+		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", soft)}
+		fmt.Fprintf(b.w, "%s: GOMEMLIMIT %d bytes, as under a %d MiB container limit.\n\n", name, soft, b.cfg.memoryLimit>>20)
 	}
 	if b.ctrl, err = startEnv(b.dir, name, filepath.Join(b.cfg.bin, "gleaner-controller"), env, args...); err != nil {
 		return err

@@ -64,10 +64,13 @@ func Apply(files []string) (int64, error) {
 	if err != nil || limit == 0 {
 		return 0, err
 	}
-	soft := int64(math.Floor(float64(limit) * Fraction))
+	soft := Soft(limit)
 	debug.SetMemoryLimit(soft)
 	return soft, nil
 }
+
+// Soft is the runtime's limit under a container limit of limit bytes.
+func Soft(limit int64) int64 { return int64(math.Floor(float64(limit) * Fraction)) }
 
 // Set is Apply on the container's own files, logging what it did.
 func Set() {
