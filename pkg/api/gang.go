@@ -13,14 +13,6 @@ import v1 "k8s.io/api/core/v1"
 // met (a pod placed by another scheduler), the native group wins, as it is the
 // one the API server and the in-tree scheduler know it by.
 
-// NativeGroupOf is the native PodGroup pod names in spec.schedulingGroup, or "".
-func NativeGroupOf(pod *v1.Pod) string {
-	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
-		return *g.PodGroupName
-	}
-	return ""
-}
-
 // GangKind says which PodGroup API a gang's group is.
 type GangKind string
 

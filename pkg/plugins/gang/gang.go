@@ -38,6 +38,7 @@ import (
 	pglisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/kubecompat"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 )
@@ -483,7 +484,7 @@ func (g *Gang) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Statu
 func (g *Gang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
-		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.UpdatePodLabel}, QueueingHintFn: isSchedulableAfterLabelRemoved},
+		{Event: fwk.ClusterEvent{Resource: kubecompat.UnscheduledPod, ActionType: fwk.UpdatePodLabel}, QueueingHintFn: isSchedulableAfterLabelRemoved},
 	}, nil
 }
 

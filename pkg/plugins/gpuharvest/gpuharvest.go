@@ -23,6 +23,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/kubecompat"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginargs"
 	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 )
@@ -407,7 +408,7 @@ func (pl *GPUHarvest) countGPUs(nodeInfo fwk.NodeInfo) nodeGPUs {
 // back, so there the counts kept for the generation may be stale: they are
 // counted afresh.
 func (pl *GPUHarvest) gpusOn(state fwk.CycleState, nodeInfo fwk.NodeInfo, seen *nodeSeen) nodeGPUs {
-	if state.IsPodGroupSchedulingCycle() {
+	if kubecompat.PodGroupCycle(state) {
 		return pl.countGPUs(nodeInfo)
 	}
 	return seen.gpus
@@ -477,7 +478,7 @@ func (pl *GPUHarvest) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragmen
 func (pl *GPUHarvest) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeCondition}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
-		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDeletion},
+		{Event: fwk.ClusterEvent{Resource: kubecompat.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDeletion},
 	}, nil
 }
 
@@ -510,7 +511,7 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if api.IsBestEffort(gone, pl.threshold) && api.PodGPUs(gone, pl.gpu) > 0 {
+	if gone.Spec.NodeName != "" && api.IsBestEffort(gone, pl.threshold) && api.PodGPUs(gone, pl.gpu) > 0 {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

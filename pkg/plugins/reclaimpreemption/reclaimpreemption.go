@@ -15,14 +15,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	policy "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	schedlisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -112,7 +110,7 @@ type ReclaimPreemption struct {
 	groups    pglisters.PodGroupLister
 	// natives reads native PodGroups (scheduling.k8s.io) for their minCount;
 	// nil when the GenericWorkload gate is off, and no pod is in a native gang.
-	natives schedlisters.PodGroupLister
+	natives evict.NativeGroups
 	// terms: when each terminating pod was asked to stop, on the scheduler's
 	// clock.
 	terms *reclaim.Terminations
@@ -190,22 +188,7 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 	}
 	pl := &ReclaimPreemption{DefaultPreemption: dp, handle: h, threshold: args.Threshold(), gpu: args.Resource(),
 		maxGrace: time.Duration(*args.MaxGraceSeconds) * time.Second, clock: clock.RealClock{}}
-	// Upstream deletes a victim with its own grace period; delete it again with
-	// the capped one (the API server only ever shortens a deletion's grace).
-	preempt := dp.Executor.PreemptPod
-	dp.Executor.PreemptPod = func(ctx context.Context, c preemption.Candidate, preemptor preemption.ExecutorPreemptor, victim *v1.Pod, pluginName string) (bool, error) {
-		inMemory, err := preempt(ctx, c, preemptor, victim, pluginName)
-		if err != nil || inMemory {
-			return inMemory, err
-		}
-		return false, pl.capGrace(ctx, victim)
-	}
-	// DefaultPreemption's SelectVictimsOnNode consults these hooks.
-	dp.IsEligiblePod = pl.isEligibleVictim
-	dp.MoreImportantVictim = pl.moreImportantVictim
-	// The Evaluator runs with this plugin as its Interface (SelectVictimsOnNode
-	// is overridden) and DefaultPreemption's executor, which evicts the victims.
-	pl.evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
+	pl.wire(dp, h, fts)
 	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	if _, ok := pods.GetIndexer().GetIndexers()[terminatingOn]; !ok {
 		if err := pods.AddIndexers(cache.Indexers{terminatingOn: terminatingIndex, byGang: gangIndex}); err != nil {
@@ -254,7 +237,7 @@ func newWithPodGroups(ctx context.Context, args Args, h fwk.Handle, client pgcli
 	// minCount from the same informer. With it off, the API server may not
 	// serve them, and no pod names one.
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
-		pl.natives = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
+		pl.natives = evict.NativeGroupsFrom(h.SharedInformerFactory())
 	}
 	return pl, nil
 }
@@ -344,23 +327,6 @@ func (pl *ReclaimPreemption) nodeFreedByTerminatingPods(ctx context.Context, sta
 	return ""
 }
 
-// SelectVictimsOnNode is DefaultPreemption's choice, widened to whole gangs: a
-// member of a gang (api.GangOf: a scheduler-plugins PodGroup, or a native one
-// with the GenericWorkload gate on) is evicted with every other running
-// member, wherever they run, since a gang missing a member cannot make
-// progress; unless the gang is elastic and keeps its quorum (minMember, or
-// minCount) without the victims (reclaim.Candidate.Quorum), as the
-// controller's reclaim does. Upstream's Evaluator makes a native gang one
-// victim only when its PodGroup asks for disruptionMode All.
-func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.CycleState, preemptor *v1.Pod, nodeInfo fwk.NodeInfo,
-	victims []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
-	pods, violations, status := pl.DefaultPreemption.SelectVictimsOnNode(ctx, state, preemptor, nodeInfo, victims, pdbs)
-	if !status.IsSuccess() {
-		return pods, violations, status
-	}
-	return pl.withWholeGangs(pods), violations, status
-}
-
 // withWholeGangs adds the running members of every gang that has a pod in
 // victims and would fall below its quorum without them.
 func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
@@ -408,9 +374,9 @@ func (pl *ReclaimPreemption) withWholeGangs(victims []*v1.Pod) []*v1.Pod {
 	return out
 }
 
-// isEligibleVictim: only best-effort pods are ever taken, and a gang only as a whole.
-func (pl *ReclaimPreemption) isEligibleVictim(_ fwk.NodeInfo, victim preemption.Victim, _ *v1.Pod) bool {
-	for _, pi := range victim.Pods() {
+// eligible: only best-effort pods are ever taken, and a gang only as a whole.
+func (pl *ReclaimPreemption) eligible(victim []fwk.PodInfo) bool {
+	for _, pi := range victim {
 		if !api.IsBestEffort(pi.GetPod(), pl.threshold) {
 			return false
 		}
@@ -418,27 +384,22 @@ func (pl *ReclaimPreemption) isEligibleVictim(_ fwk.NodeInfo, victim preemption.
 	return true
 }
 
-// moreImportantVictim orders victims so the Evaluator reprieves the ones with the
-// most work to lose first and so evicts those with the least lost work.
-// Upstream's order (priority, then age) breaks ties.
-func (pl *ReclaimPreemption) moreImportantVictim(a, b preemption.Victim) bool {
+// moreWorkToLose orders victims so the Evaluator reprieves the ones with the
+// most work to lose first and so evicts those with the least lost work:
+// decided is false on a tie, which upstream's order (priority, then age)
+// breaks. It runs for every comparison of the victims' sort: the GPUs come
+// from the PodInfo's request, which the framework computes once per pod.
+func (pl *ReclaimPreemption) moreWorkToLose(a, b []fwk.PodInfo) (more, decided bool) {
 	now := pl.clock.Now()
-	la, lb := pl.lostWork(a, now), pl.lostWork(b, now)
-	if la != lb {
-		return la > lb
+	lostWork := func(victim []fwk.PodInfo) float64 {
+		var total float64
+		for _, pi := range victim {
+			total += reclaim.LostWork(pi.GetPod(), pi.CalculateResource().Resource.GetScalarResources()[pl.gpu], now)
+		}
+		return total
 	}
-	return preemption.MoreImportantVictim(a, b)
-}
-
-// lostWork runs for every comparison of the victims' sort: the GPUs come from
-// the PodInfo's request, which the framework computes once per pod.
-func (pl *ReclaimPreemption) lostWork(v preemption.Victim, now time.Time) float64 {
-	var total float64
-	for _, pi := range v.Pods() {
-		gpus := pi.CalculateResource().Resource.GetScalarResources()[pl.gpu]
-		total += reclaim.LostWork(pi.GetPod(), gpus, now)
-	}
-	return total
+	la, lb := lostWork(a), lostWork(b)
+	return la > lb, la != lb
 }
 
 // capGrace deletes a victim whose own grace period exceeds the cap again, with
