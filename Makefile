@@ -6,14 +6,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 KUBE_VERSION := v1.37.2
 # Stamp the Kubernetes version too: the scheduler reports it and kubectl parses it.
-LDFLAGS := -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
+LDFLAGS = $(call kube_ldflags,$(KUBE_VERSION),37)
+# The same, for another Kubernetes version: $(call kube_ldflags,v1.35.4,35).
+kube_ldflags = -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
 	-X github.com/gleaner-dev/gleaner/pkg/version.Commit=$(COMMIT) \
-	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
-	-X k8s.io/component-base/version.gitMajor=1 \
-	-X k8s.io/component-base/version.gitMinor=37 \
-	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
-	-X k8s.io/client-go/pkg/version.gitMajor=1 \
-	-X k8s.io/client-go/pkg/version.gitMinor=37
+	-X k8s.io/component-base/version.gitVersion=$(1) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(2) \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(1) -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$(2)
 # Static binaries without local paths, as the images and releases are: every
 # binary and the demo driver build with one configuration, so that a first
 # `make demo` compiles Kubernetes once. (Tests cannot take -trimpath: the
@@ -25,7 +23,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/per
 # Integration tests start etcd, kube-apiserver and both schedulers in-process.
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build images push release test-images test-perf test-perf-controller bench-controller tools manifests docs bench-perf bench-informer demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
+.PHONY: minors test-minors all build images push release test-images test-perf test-perf-controller bench-controller tools manifests docs bench-perf bench-informer demo demo-check test test-unit test-integration test-faults verify fmt vet tidy-check clean
 
 all: build
 
@@ -37,7 +35,8 @@ build:
 # user on no base image, for every platform in PLATFORMS, written as OCI image
 # layouts in IMAGES_OUT with their digests in IMAGES_OUT/images.json.
 # `make push REGISTRY=registry.example.com/gleaner` pushes them.
-IMAGES := gleaner-scheduler gleaner-controller kubectl-gleaner gleaner gleaner-train-example
+# gleaner-scheduler-kube1.35 is gleaner-scheduler for Kubernetes 1.35 (MINORS).
+IMAGES = gleaner-scheduler gleaner-controller kubectl-gleaner gleaner gleaner-train-example $(MINORS:%=gleaner-scheduler-kube%)
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGES_OUT ?= dist/images
 images:
@@ -72,6 +71,27 @@ tools:
 	@mkdir -p $(TOOLS)
 	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(TOOLS)/localcluster ./hack/localcluster
 	ln -sf localcluster $(TOOLS)/etcd
+
+# Older Kubernetes minors (hack/minors, docs/install.md "Kubernetes versions"):
+# a module per minor builds gleaner-scheduler from the same plugin code against
+# that minor's k8s.io/kubernetes, with the build tag kube<minor>, since
+# upstream allows no kube-scheduler newer than its API server; the oldest's
+# module builds its kube-apiserver too. `make minors` writes bin/minors/<minor>/.
+# test-minors runs the install and lend-and-reclaim tests on the oldest
+# minor's API server and scheduler (the rest of `make test` runs the newest's).
+MINORS := 1.35 1.36
+MINOR_OLDEST := 1.35
+minors:
+	@for m in $(MINORS); do \
+		kube=$$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$$#\1#p' hack/minors/$$m/go.mod); \
+		echo "building for Kubernetes $$kube: $$(cd hack/minors/$$m && $(GO) list tool | xargs -n1 basename | tr '\n' ' ')"; \
+		(cd hack/minors/$$m && $(GO) build $(BUILDFLAGS) -tags kube$$m -ldflags "$(call kube_ldflags,$$kube,$${m#1.})" \
+			-o $(abspath $(BIN))/minors/$$m/ $$($(GO) list tool)) || exit 1; \
+	done
+
+test-minors: minors
+	GLEANER_MINOR_BIN=$(abspath $(BIN))/minors/$(MINOR_OLDEST) INTEGRATION_LOG=$(BIN)/minors.log \
+		hack/test-integration.sh -run '^(TestInstall|TestHarvestLendsIdleGPUsAndGivesThemBack)$$'
 
 # manifests/: the Helm chart charts/gleaner rendered with its default values,
 # as a kustomize tree (edit the chart; `make test-unit` fails when they differ).
@@ -165,7 +185,7 @@ demo: build tools
 demo-check: build tools
 	$(GO) run $(BUILDFLAGS) ./hack/demo --minutes=2
 
-test: test-unit test-integration test-faults demo-check test-images test-perf test-perf-controller
+test: test-unit test-integration test-minors test-faults demo-check test-images test-perf test-perf-controller
 
 # examples/python's trainer is tested with Debian's python3-torch, installed
 # with apt-get when missing (hack/ensure-torch.sh says so).
@@ -196,6 +216,7 @@ vet:
 
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
+	@for m in $(MINORS); do (cd hack/minors/$$m && $(GO) mod tidy -diff) || { echo "hack/minors/$$m: go.mod/go.sum are not tidy: run 'go mod tidy' there"; exit 1; }; done
 
 clean:
 	rm -rf $(BIN) dist

@@ -41,18 +41,22 @@ func startControlPlane(t *testing.T, extraFlags ...string) *controlPlane {
 	t.Helper()
 	etcdCfg := testserver.NewTestConfig(t)
 	testserver.RunEtcd(t, etcdCfg)
-	storage := storagebackend.NewDefaultConfig("/registry", nil)
-	storage.Transport.ServerList = []string{etcdCfg.ListenClientUrls[0].String()}
-
-	server := kubeapiservertesting.StartTestServerOrDie(t, nil, append([]string{
+	flags := append([]string{
 		"--endpoint-reconciler-type=none",
 		// No service-account controller runs, and no node controller clears the
 		// not-ready taint, so these two admission plugins would block pods.
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-	}, extraFlags...), storage)
-	t.Cleanup(server.TearDownFn)
-
-	cfg := rest.CopyConfig(server.ClientConfig)
+	}, extraFlags...)
+	var cfg *rest.Config
+	if minorBin() != "" {
+		cfg = startMinorAPIServer(t, etcdCfg.ListenClientUrls[0].String(), flags)
+	} else {
+		storage := storagebackend.NewDefaultConfig("/registry", nil)
+		storage.Transport.ServerList = []string{etcdCfg.ListenClientUrls[0].String()}
+		server := kubeapiservertesting.StartTestServerOrDie(t, nil, flags, storage)
+		t.Cleanup(server.TearDownFn)
+		cfg = rest.CopyConfig(server.ClientConfig)
+	}
 	cfg.QPS, cfg.Burst = 200, 400
 	client := kubernetes.NewForConfigOrDie(cfg)
 	cp := &controlPlane{config: cfg, client: client, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}

@@ -1053,13 +1053,23 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// buildCommands builds the named commands once into a temporary directory.
+// buildCommands builds the named commands once into a temporary directory;
+// gleaner-scheduler is the older minor's, when one is tested (minorBin).
 func buildCommands(t *testing.T, names ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + "/"}
 	for _, n := range names {
+		if n == "gleaner-scheduler" && minorBin() != "" {
+			if err := os.Symlink(filepath.Join(minorBin(), n), filepath.Join(dir, n)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		args = append(args, "./cmd/"+n)
+	}
+	if len(args) == 3 {
+		return dir
 	}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repoRoot(t)

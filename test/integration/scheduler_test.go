@@ -33,6 +33,9 @@ import (
 // binary with a success code before it reports.
 func startGleanerScheduler(t *testing.T, ctx context.Context, cp *controlPlane) (stop func()) {
 	t.Helper()
+	if minorBin() != "" {
+		return startMinorScheduler(t, "gleaner-scheduler", cp, shippedSchedulerConfig(t))
+	}
 	cc, sched := setupScheduler(t, ctx, cp, shippedSchedulerConfig(t), gleanerscheduler.Plugins()...)
 	return runScheduler(t, ctx, cc, sched)
 }
@@ -80,6 +83,10 @@ func runScheduler(t *testing.T, ctx context.Context, cc *schedulerconfig.Complet
 func startDefaultScheduler(t *testing.T, ctx context.Context, cp *controlPlane) {
 	t.Helper()
 	cfg := []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
+	if minorBin() != "" {
+		startMinorScheduler(t, "default-scheduler", cp, cfg)
+		return
+	}
 	cc, sched := setupScheduler(t, ctx, cp, cfg)
 	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
 	cc.InformerFactory.Start(ctx.Done())
