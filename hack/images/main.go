@@ -6,7 +6,8 @@
 //
 // build compiles each command under cmd/ as a static binary per platform
 // (CGO_ENABLED=0, -trimpath, the Makefile's -ldflags), makes one image per
-// command (ociimage.Image), and writes each as an OCI image layout
+// command (ociimage.Image; COMMAND-kube1.35 is COMMAND built for Kubernetes
+// 1.35, ociimage.Command), and writes each as an OCI image layout
 // OUT/NAME holding a multi-platform index, plus OUT/images.json with every
 // index digest (which `make release` pins in install.yaml).
 package main
@@ -87,16 +88,35 @@ func build(args []string) error {
 		}
 		defer os.RemoveAll(binDir)
 		start := time.Now()
-		if err := release.Build(binDir, osName, arch, *ldflags, names...); err != nil {
-			return err
+		// Each older minor's image has its binary built into a directory of
+		// its own, under the command's name.
+		binaries := map[string]string{}
+		var plain []string
+		for _, n := range names {
+			command, minor := ociimage.Command(n)
+			if minor == "" {
+				plain = append(plain, n)
+				binaries[n] = filepath.Join(binDir, n)
+				continue
+			}
+			if err := release.BuildMinor(filepath.Join(binDir, n), osName, arch, *ldflags, minor, command); err != nil {
+				return err
+			}
+			binaries[n] = filepath.Join(binDir, n, command)
+		}
+		if len(plain) > 0 {
+			if err := release.Build(binDir, osName, arch, *ldflags, plain...); err != nil {
+				return err
+			}
 		}
 		fmt.Printf("built %s for %s in %v\n", strings.Join(names, ", "), p, time.Since(start).Round(time.Second))
 		for _, n := range names {
-			binary, err := os.ReadFile(filepath.Join(binDir, n))
+			binary, err := os.ReadFile(binaries[n])
 			if err != nil {
 				return err
 			}
-			img, err := ociimage.Image(binary, n, v1.Platform{OS: osName, Architecture: arch}, certs, meta)
+			command, _ := ociimage.Command(n)
+			img, err := ociimage.Image(binary, command, v1.Platform{OS: osName, Architecture: arch}, certs, meta)
 			if err != nil {
 				return fmt.Errorf("%s for %s: %w", n, p, err)
 			}

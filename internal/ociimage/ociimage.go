@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -41,6 +42,21 @@ type Meta struct {
 	Revision string    // commit
 	Source   string    // repository URL
 	Created  time.Time // the commit's time, so that rebuilds are identical
+}
+
+// An image for an older Kubernetes minor than the default build's is named
+// COMMAND-kubeMINOR (gleaner-scheduler-kube1.35) and holds COMMAND built for
+// that minor (hack/minors), under COMMAND's own name: the chart runs
+// /gleaner-scheduler whichever image it is given.
+var minorImage = regexp.MustCompile(`^(.+)-kube(1\.[0-9]+)$`)
+
+// Command is the command image name holds, and the Kubernetes minor it is
+// built for ("" for the default build's).
+func Command(name string) (command, minor string) {
+	if m := minorImage.FindStringSubmatch(name); m != nil {
+		return m[1], m[2]
+	}
+	return name, ""
 }
 
 // Image is one image built from a binary for one platform.

@@ -237,8 +237,13 @@ func TestBuiltImages(t *testing.T) {
 				t.Fatal(err)
 			}
 			platforms = append(platforms, desc.Platform.OS+"/"+desc.Platform.Architecture)
-			if out := checkImage(t, img, n, built.Version); out != "" {
+			command, minor := Command(n)
+			if out := checkImage(t, img, command, built.Version); out != "" {
 				ran++
+				// An older minor's scheduler says it is kube-scheduler of that minor.
+				if minor != "" && !strings.Contains(out, "kube-scheduler v"+minor+".") {
+					t.Errorf("%s --version printed %q, want kube-scheduler v%s.x", n, out, minor)
+				}
 				t.Logf("%s (%s) --version: %s", n, desc.Platform.Architecture, strings.TrimSpace(out))
 			}
 		}

@@ -135,15 +135,50 @@ func Checksums(dir string, files []string) error {
 // into dir, as every release binary and image is built: static
 // (CGO_ENABLED=0), without local paths (-trimpath), with ldflags.
 func Build(dir, goos, goarch, ldflags string, commands ...string) error {
-	args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", dir + string(filepath.Separator)}
-	for _, c := range commands {
-		args = append(args, "./cmd/"+c)
+	pkgs := make([]string, len(commands))
+	for i, c := range commands {
+		pkgs[i] = "./cmd/" + c
 	}
-	cmd := exec.Command("go", args...)
+	return goBuild(".", dir, goos, goarch, []string{"-ldflags", ldflags}, pkgs, strings.Join(commands, ", "))
+}
+
+// kubeReplace is the k8s.io/kubernetes version a minor's module builds with.
+var kubeReplace = regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes => k8s\.io/kubernetes (v1\.([0-9]+)\.[0-9]+)\s*$`)
+
+// BuildMinor is Build of command for an older Kubernetes minor (1.35): from
+// that minor's module in hack/minors, with its build tag (kube1.35), and its
+// Kubernetes version stamped over the one ldflags stamps.
+func BuildMinor(dir, goos, goarch, ldflags, minor, command string) error {
+	mod := filepath.Join("hack", "minors", minor)
+	gomod, err := os.ReadFile(filepath.Join(mod, "go.mod"))
+	if err != nil {
+		return fmt.Errorf("Kubernetes %s: %w", minor, err)
+	}
+	m := kubeReplace.FindSubmatch(gomod)
+	if m == nil {
+		return fmt.Errorf("%s/go.mod replaces no k8s.io/kubernetes with a version", mod)
+	}
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		ldflags += fmt.Sprintf(" -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMinor=%[3]s", pkg, m[1], m[2])
+	}
+	out, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	return goBuild(mod, out, goos, goarch, []string{"-tags", "kube" + minor, "-ldflags", ldflags},
+		[]string{"github.com/gleaner-dev/gleaner/cmd/" + command}, command+" for Kubernetes "+minor)
+}
+
+// goBuild runs go build in module directory mod with flags, writing pkgs'
+// binaries into dir; what names them in errors.
+func goBuild(mod, dir, goos, goarch string, flags, pkgs []string, what string) error {
+	args := append(append([]string{"build", "-trimpath"}, flags...), "-o", dir+string(filepath.Separator))
+	cmd := exec.Command("go", append(args, pkgs...)...)
+	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building %s for %s/%s: %w", strings.Join(commands, ", "), goos, goarch, err)
+		return fmt.Errorf("building %s for %s/%s: %w", what, goos, goarch, err)
 	}
 	return nil
 }
