@@ -511,7 +511,7 @@ func (pl *GPUHarvest) isSchedulableAfterPodDeletion(_ klog.Logger, pod *v1.Pod, 
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if gone.Spec.NodeName != "" && api.IsBestEffort(gone, pl.threshold) && api.PodGPUs(gone, pl.gpu) > 0 {
+	if api.IsBestEffort(gone, pl.threshold) && api.PodGPUs(gone, pl.gpu) > 0 {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

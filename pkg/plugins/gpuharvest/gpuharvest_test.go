@@ -604,9 +604,7 @@ func TestQueueingHints(t *testing.T) {
 		gone *v1.Pod
 		want fwk.QueueingHint
 	}{
-		{"lent pod leaves", bound(bestEffort("lent", 4), "gpu-1"), fwk.Queue},
-		// Before Kubernetes 1.37 the hint also sees pending pods' deletions.
-		{"pending best-effort pod is deleted", bestEffort("pending", 4), fwk.QueueSkip},
+		{"lent pod leaves", bestEffort("lent", 4), fwk.Queue},
 		{"best-effort pod without GPUs leaves", bestEffort("cpu", 0), fwk.QueueSkip},
 		{"inference pod leaves", inference("vllm", 4), fwk.QueueSkip},
 	}
@@ -893,10 +891,4 @@ func BenchmarkFilterAndScore(b *testing.B) {
 			}
 		}
 	}
-}
-
-// bound is p bound to node.
-func bound(p *v1.Pod, node string) *v1.Pod {
-	p.Spec.NodeName = node
-	return p
 }
