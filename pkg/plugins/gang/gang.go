@@ -484,7 +484,9 @@ func (g *Gang) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Statu
 func (g *Gang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
-		{Event: fwk.ClusterEvent{Resource: kubecompat.UnscheduledPod, ActionType: fwk.UpdatePodLabel}, QueueingHintFn: isSchedulableAfterLabelRemoved},
+		// The refused pod's own label change: TargetPod, not UnscheduledPod,
+		// which is every other pending pod's.
+		{Event: fwk.ClusterEvent{Resource: kubecompat.TargetPod, ActionType: fwk.UpdatePodLabel}, QueueingHintFn: isSchedulableAfterLabelRemoved},
 	}, nil
 }
 

@@ -209,6 +209,21 @@ func TestLabelRemovedRequeuesAPodRefusedForTwoGroups(t *testing.T) {
 		{"another pod's label taken off", otherBoth, other, fwk.QueueSkip},
 		{"the label put on", onlyNative, both, fwk.QueueSkip},
 	}
+	// The hint is registered where the queue sends a pending pod's changes to
+	// itself: TargetPod (UnscheduledPod is every other pending pod's).
+	events, err := (&Gang{}).EventsToRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := false
+	for _, e := range events {
+		if e.Event.ActionType&fwk.UpdatePodLabel != 0 {
+			registered = e.Event.Resource == fwk.TargetPod
+		}
+	}
+	if !registered {
+		t.Errorf("the label hint is not registered for %s label updates: %+v", fwk.TargetPod, events)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := isSchedulableAfterLabelRemoved(klog.Background(), both, tt.old, tt.new)

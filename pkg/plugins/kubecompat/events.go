@@ -4,9 +4,10 @@ package kubecompat
 
 import fwk "k8s.io/kube-scheduler/framework"
 
-// AssignedPod and UnscheduledPod are the event resources of bound and of
-// pending pods (Kubernetes 1.37 split them out of fwk.Pod).
+// AssignedPod is the event resource of bound (and nominated) pods, and
+// TargetPod that of the pending pod a hint is asked about, when it changes
+// itself: Kubernetes 1.37 split them out of fwk.Pod.
 const (
-	AssignedPod    = fwk.AssignedPod
-	UnscheduledPod = fwk.UnscheduledPod
+	AssignedPod = fwk.AssignedPod
+	TargetPod   = fwk.TargetPod
 )

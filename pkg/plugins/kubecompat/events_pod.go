@@ -4,10 +4,10 @@ package kubecompat
 
 import fwk "k8s.io/kube-scheduler/framework"
 
-// AssignedPod and UnscheduledPod are both fwk.Pod before Kubernetes 1.37:
-// every hint registered for either sees every pod's events, so each checks
-// whether the pod is bound itself.
+// AssignedPod and TargetPod are both fwk.Pod before Kubernetes 1.37: a
+// hint registered for either sees the events of every pod the queue sends,
+// so each checks which pod changed.
 const (
-	AssignedPod    = fwk.Pod
-	UnscheduledPod = fwk.Pod
+	AssignedPod = fwk.Pod
+	TargetPod   = fwk.Pod
 )
