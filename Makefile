@@ -83,7 +83,8 @@ MINORS := 1.35 1.36
 MINOR_OLDEST := 1.35
 minors:
 	@for m in $(MINORS); do \
-		kube=$$(sed -n 's#^\s*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$$#\1#p' hack/minors/$$m/go.mod); \
+		kube=$$(sed -n 's#^[[:space:]]*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$$#\1#p' hack/minors/$$m/go.mod); \
+		[ -n "$$kube" ] || { echo "hack/minors/$$m/go.mod replaces no k8s.io/kubernetes with a version"; exit 1; }; \
 		echo "building for Kubernetes $$kube: $$(cd hack/minors/$$m && $(GO) list tool | xargs -n1 basename | tr '\n' ' ')"; \
 		(cd hack/minors/$$m && $(GO) build $(BUILDFLAGS) -tags kube$$m -ldflags "$(call kube_ldflags,$$kube,$${m#1.})" \
 			-o $(abspath $(BIN))/minors/$$m/ $$($(GO) list tool)) || exit 1; \

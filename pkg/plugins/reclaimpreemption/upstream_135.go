@@ -20,8 +20,7 @@ func (pl *ReclaimPreemption) newEvaluator(dp *defaultpreemption.DefaultPreemptio
 	ev := preemption.NewEvaluator(Name, h, pl, fts.EnableAsyncPreemption)
 	preempt := ev.PreemptPod
 	ev.PreemptPod = func(ctx context.Context, c preemption.Candidate, preemptor, victim *v1.Pod, pluginName string) error {
-		inMemory := h.GetWaitingPod(victim.UID) != nil
-		return pl.capAfter(ctx, victim, inMemory, func() error { return preempt(ctx, c, preemptor, victim, pluginName) })
+		return pl.capAfter(ctx, victim, func() error { return preempt(ctx, c, preemptor, victim, pluginName) })
 	}
 	dp.Evaluator = ev
 	return ev

@@ -17,8 +17,7 @@ import (
 func (pl *ReclaimPreemption) newEvaluator(dp *defaultpreemption.DefaultPreemption, h fwk.Handle, _ plfeature.Features) *preemption.Evaluator {
 	preempt := dp.Executor.PreemptPod
 	dp.Executor.PreemptPod = func(ctx context.Context, c preemption.Candidate, preemptor preemption.ExecutorPreemptor, victim *v1.Pod, pluginName string) error {
-		inMemory := h.GetWaitingPod(victim.UID) != nil || h.GetPodInPreBind(victim.UID) != nil
-		return pl.capAfter(ctx, victim, inMemory, func() error { return preempt(ctx, c, preemptor, victim, pluginName) })
+		return pl.capAfter(ctx, victim, func() error { return preempt(ctx, c, preemptor, victim, pluginName) })
 	}
 	return preemption.NewEvaluator(Name, h, pl, dp.Executor)
 }

@@ -7,9 +7,12 @@ package reclaimpreemption
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -50,11 +53,22 @@ func (pl *ReclaimPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.
 }
 
 // capAfter is preempt followed by capGrace, for a victim that preempt
-// deleted: not for one it rejected in memory (inMemory, asked before preempt
-// runs, as preempt itself asks).
-func (pl *ReclaimPreemption) capAfter(ctx context.Context, victim *v1.Pod, inMemory bool, preempt func() error) error {
-	if err := preempt(); err != nil || inMemory {
+// deleted: not for one it sent back to the queue in memory (a pod waiting at
+// Permit, or one in PreBind on 1.36). Before 1.37 preempt does not say which
+// it did, and which it does is decided inside it, so the API server is asked
+// afterwards: only the same pod, being deleted, is deleted again.
+func (pl *ReclaimPreemption) capAfter(ctx context.Context, victim *v1.Pod, preempt func() error) error {
+	if err := preempt(); err != nil {
 		return err
 	}
-	return pl.capGrace(ctx, victim)
+	now, err := pl.handle.ClientSet().CoreV1().Pods(victim.Namespace).Get(ctx, victim.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s/%s after preempting it: %w", victim.Namespace, victim.Name, err)
+	case now.UID != victim.UID || now.DeletionTimestamp == nil:
+		return nil
+	}
+	return pl.capGrace(ctx, now)
 }
