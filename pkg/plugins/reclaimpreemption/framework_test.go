@@ -256,7 +256,12 @@ func runPostFilterAfter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.
 	out.deleted = sets.List(deleted)
 	for _, a := range client.Actions() {
 		if d, ok := a.(clienttesting.DeleteAction); ok && a.GetResource().Resource == "pods" && d.GetDeleteOptions().GracePeriodSeconds != nil {
-			out.regraced = append(out.regraced, fmt.Sprintf("%s=%d", d.GetName(), *d.GetDeleteOptions().GracePeriodSeconds))
+			regraced := fmt.Sprintf("%s=%d", d.GetName(), *d.GetDeleteOptions().GracePeriodSeconds)
+			// Only the victim itself, not a pod recreated under its name.
+			if pre := d.GetDeleteOptions().Preconditions; pre == nil || pre.UID == nil || *pre.UID == "" {
+				regraced += " without the victim's UID as a precondition"
+			}
+			out.regraced = append(out.regraced, regraced)
 		}
 	}
 	return out

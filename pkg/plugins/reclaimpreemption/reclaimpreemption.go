@@ -410,8 +410,11 @@ func (pl *ReclaimPreemption) capGrace(ctx context.Context, victim *v1.Pod) error
 		return nil
 	}
 	seconds := int64(grace / time.Second)
-	err := pl.handle.ClientSet().CoreV1().Pods(victim.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &seconds})
-	if err != nil && !apierrors.IsNotFound(err) {
+	// Only the victim itself: a pod recreated under its name meanwhile (a
+	// Conflict on the UID) is not a victim.
+	err := pl.handle.ClientSet().CoreV1().Pods(victim.Namespace).Delete(ctx, victim.Name,
+		metav1.DeleteOptions{GracePeriodSeconds: &seconds, Preconditions: metav1.NewUIDPreconditions(string(victim.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("capping the grace period of %s/%s at %ds: %w", victim.Namespace, victim.Name, seconds, err)
 	}
 	return nil
