@@ -6,12 +6,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 KUBE_VERSION := v1.37.2
 # Stamp the Kubernetes version too: the scheduler reports it and kubectl parses it.
-LDFLAGS = $(call kube_ldflags,$(KUBE_VERSION),37)
-# The same, for another Kubernetes version: $(call kube_ldflags,v1.35.4,35).
-kube_ldflags = -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
+LDFLAGS := -X github.com/gleaner-dev/gleaner/pkg/version.Version=$(VERSION) \
 	-X github.com/gleaner-dev/gleaner/pkg/version.Commit=$(COMMIT) \
-	-X k8s.io/component-base/version.gitVersion=$(1) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(2) \
-	-X k8s.io/client-go/pkg/version.gitVersion=$(1) -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$(2)
+	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitMajor=1 \
+	-X k8s.io/client-go/pkg/version.gitMinor=37
 # Static binaries without local paths, as the images and releases are: every
 # binary and the demo driver build with one configuration, so that a first
 # `make demo` compiles Kubernetes once. (Tests cannot take -trimpath: the
@@ -82,13 +84,7 @@ tools:
 MINORS := 1.35 1.36
 MINOR_OLDEST := 1.35
 minors:
-	@for m in $(MINORS); do \
-		kube=$$(sed -n 's#^[[:space:]]*k8s.io/kubernetes => k8s.io/kubernetes \(v[0-9.]*\)$$#\1#p' hack/minors/$$m/go.mod); \
-		[ -n "$$kube" ] || { echo "hack/minors/$$m/go.mod replaces no k8s.io/kubernetes with a version"; exit 1; }; \
-		echo "building for Kubernetes $$kube: $$(cd hack/minors/$$m && $(GO) list tool | xargs -n1 basename | tr '\n' ' ')"; \
-		(cd hack/minors/$$m && $(GO) build $(BUILDFLAGS) -tags kube$$m -ldflags "$(call kube_ldflags,$$kube,$${m#1.})" \
-			-o $(abspath $(BIN))/minors/$$m/ $$($(GO) list tool)) || exit 1; \
-	done
+	$(GO) run ./hack/minors --out $(BIN)/minors --ldflags '$(LDFLAGS)' $(MINORS)
 
 test-minors: minors
 	GLEANER_MINOR_BIN=$(abspath $(BIN))/minors/$(MINOR_OLDEST) INTEGRATION_LOG=$(BIN)/minors.log \

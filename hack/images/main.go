@@ -99,7 +99,7 @@ func build(args []string) error {
 				binaries[n] = filepath.Join(binDir, n)
 				continue
 			}
-			if err := release.BuildMinor(filepath.Join(binDir, n), osName, arch, *ldflags, minor, command); err != nil {
+			if err := release.BuildMinor(filepath.Join(binDir, n), osName, arch, *ldflags, minor, "github.com/gleaner-dev/gleaner/cmd/"+command); err != nil {
 				return err
 			}
 			binaries[n] = filepath.Join(binDir, n, command)

@@ -145,10 +145,12 @@ func Build(dir, goos, goarch, ldflags string, commands ...string) error {
 // kubeReplace is the k8s.io/kubernetes version a minor's module builds with.
 var kubeReplace = regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes => k8s\.io/kubernetes (v1\.([0-9]+)\.[0-9]+)\s*$`)
 
-// BuildMinor is Build of command for an older Kubernetes minor (1.35): from
-// that minor's module in hack/minors, with its build tag (kube1.35), and its
-// Kubernetes version stamped over the one ldflags stamps.
-func BuildMinor(dir, goos, goarch, ldflags, minor, command string) error {
+// BuildMinor builds for an older Kubernetes minor (1.35): pkgs (import
+// paths; the module's tools when none) from that minor's module in
+// hack/minors, with its build tag (kube1.35) and its Kubernetes version
+// stamped over the one ldflags stamps. `make minors` and the minors' images
+// both build this way.
+func BuildMinor(dir, goos, goarch, ldflags, minor string, pkgs ...string) error {
 	mod := filepath.Join("hack", "minors", minor)
 	gomod, err := os.ReadFile(filepath.Join(mod, "go.mod"))
 	if err != nil {
@@ -165,8 +167,13 @@ func BuildMinor(dir, goos, goarch, ldflags, minor, command string) error {
 	if err != nil {
 		return err
 	}
-	return goBuild(mod, out, goos, goarch, []string{"-tags", "kube" + minor, "-ldflags", ldflags},
-		[]string{"github.com/gleaner-dev/gleaner/cmd/" + command}, command+" for Kubernetes "+minor)
+	what := "Kubernetes " + string(m[1]) + "'s tools"
+	if len(pkgs) == 0 {
+		pkgs = []string{"tool"}
+	} else {
+		what = strings.Join(pkgs, ", ") + " for Kubernetes " + string(m[1])
+	}
+	return goBuild(mod, out, goos, goarch, []string{"-tags", "kube" + minor, "-ldflags", ldflags}, pkgs, what)
 }
 
 // goBuild runs go build in module directory mod with flags, writing pkgs'
