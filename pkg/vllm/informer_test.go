@@ -29,7 +29,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
 
-// vllmServer serves exposition(running, 0, kv) or, when failing, HTTP 500.
+// vllmServer serves smallExposition(running, 0, kv) or, when failing, HTTP 500.
 type vllmServer struct {
 	*httptest.Server
 	running atomic.Int64
@@ -47,7 +47,7 @@ func newVLLMServer(t *testing.T) *vllmServer {
 			http.Error(w, "engine dead", http.StatusInternalServerError)
 			return
 		}
-		fmt.Fprint(w, exposition(float64(s.running.Load()), 3, 0.5))
+		fmt.Fprint(w, smallExposition(float64(s.running.Load()), 3, 0.5))
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -441,7 +441,7 @@ func TestInformerReadinessFlap(t *testing.T) {
 				return
 			}
 		}
-		fmt.Fprint(w, exposition(0, 0, 0))
+		fmt.Fprint(w, smallExposition(0, 0, 0))
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
@@ -615,7 +615,7 @@ func TestInformerScheduleIsPerEndpoint(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hits.Add(1)
 			time.Sleep(delay)
-			fmt.Fprint(w, exposition(0, 0, 0))
+			fmt.Fprint(w, smallExposition(0, 0, 0))
 		}))
 		t.Cleanup(srv.Close)
 		u, _ := url.Parse(srv.URL)

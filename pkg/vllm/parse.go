@@ -168,7 +168,10 @@ func (l Limits) withDefaults() Limits {
 // ErrTooManySeries or ErrTooManyLabelValues.
 //
 // Only the families Gleaner reads go through the parser (see selectLines);
-// lines of other families are skipped unchecked.
+// lines of other families are skipped unchecked. The lines kept are read by
+// a scanner of the form vLLM writes them in (exposition.scan), which
+// allocates almost nothing; whatever it declines, expfmt's text parser
+// reads, so errors and edge cases are expfmt's.
 func Parse(r io.Reader) (Metrics, error) {
 	body, err := io.ReadAll(r)
 	if err != nil {
@@ -190,35 +193,65 @@ func parseBytes(body []byte, limits Limits) (Metrics, error) {
 	if series > limits.MaxSeries {
 		return Metrics{}, fmt.Errorf("%w: more than %d series of the vLLM families Gleaner reads, where a vLLM server has about 60 per engine", ErrTooManySeries, limits.MaxSeries)
 	}
-	families, err := parseText(bytes.NewReader(selected.Bytes()))
-	if err != nil {
-		return Metrics{}, fmt.Errorf("parsing vLLM metrics: %w", explainParseError(body, whole, err))
+	e := expositions.Get().(*exposition)
+	defer func() {
+		e.reset()
+		expositions.Put(e)
+	}()
+	if whole || !e.scan(selected.Bytes()) {
+		families, err := parseText(bytes.NewReader(selected.Bytes()))
+		if err != nil {
+			return Metrics{}, fmt.Errorf("parsing vLLM metrics: %w", explainParseError(body, whole, err))
+		}
+		e.fromFamilies(families)
 	}
-	if err := checkLabelValues(families, limits.MaxLabelValues); err != nil {
+	if err := e.checkLabelValues(limits.MaxLabelValues); err != nil {
 		return Metrics{}, err
 	}
-	return extract(families)
+	return e.extract()
 }
 
+// expositions recycles what scans read into between scrapes.
+var expositions = sync.Pool{New: func() any { return newExposition() }}
+
 // checkLabelValues fails when a label other than a bucket's "le" takes more
-// than limit distinct values over the families parsed.
-func checkLabelValues(families map[string]*dto.MetricFamily, limit int) error {
-	values := map[string]map[string]struct{}{}
-	for _, mf := range families {
-		for _, metric := range mf.GetMetric() {
-			for _, lp := range metric.GetLabel() {
-				name := lp.GetName()
-				if name == model.BucketLabel {
+// than limit distinct values over the families read.
+func (e *exposition) checkLabelValues(limit int) error {
+	e.distinct = e.distinct[:0]
+	defer func() { // keep no reference into the text
+		for i := range e.distinct {
+			d := &e.distinct[i]
+			clear(d.values)
+			d.name, d.values = nil, d.values[:0]
+		}
+	}()
+	for _, fi := range e.touched {
+		for _, s := range e.families[fi].series {
+			for _, l := range s.labels {
+				if string(l.name) == model.BucketLabel {
 					continue
 				}
-				seen := values[name]
-				if seen == nil {
-					seen = map[string]struct{}{}
-					values[name] = seen
+				var seen *labelValues
+				for i := range e.distinct {
+					if bytes.Equal(e.distinct[i].name, l.name) {
+						seen = &e.distinct[i]
+						break
+					}
 				}
-				seen[lp.GetValue()] = struct{}{}
-				if len(seen) > limit {
-					return fmt.Errorf("%w: label %s of %s takes more than %d values", ErrTooManyLabelValues, name, mf.GetName(), limit)
+				if seen == nil {
+					if len(e.distinct) < cap(e.distinct) {
+						e.distinct = e.distinct[:len(e.distinct)+1]
+					} else {
+						e.distinct = append(e.distinct, labelValues{})
+					}
+					seen = &e.distinct[len(e.distinct)-1]
+					seen.name, seen.values = l.name, seen.values[:0]
+				}
+				if slices.ContainsFunc(seen.values, func(v []byte) bool { return bytes.Equal(v, l.value) }) {
+					continue
+				}
+				if seen.values = append(seen.values, l.value); len(seen.values) > limit {
+					return fmt.Errorf("%w: label %s of %s takes more than %d values", ErrTooManyLabelValues, l.name, wantedNames[fi], limit)
 				}
 			}
 		}
@@ -226,100 +259,94 @@ func checkLabelValues(families map[string]*dto.MetricFamily, limit int) error {
 	return nil
 }
 
-// extract computes Metrics from parsed families.
-func extract(families map[string]*dto.MetricFamily) (Metrics, error) {
-	if families[metricRunning] == nil && families[metricWaiting] == nil {
+// extract computes Metrics from the families read.
+func (e *exposition) extract() (Metrics, error) {
+	if e.family(metricRunning) == nil && e.family(metricWaiting) == nil {
 		return Metrics{}, fmt.Errorf("%w: neither %s nor %s is present", ErrNotVLLM, metricRunning, metricWaiting)
 	}
 	var err error
-	p := parsed{families: families, engines: map[string]bool{}, models: map[string]bool{}}
-
 	var m Metrics
-	if m.Running, _, err = p.sum(metricRunning); err != nil {
+	if m.Running, _, err = e.sum(metricRunning); err != nil {
 		return Metrics{}, err
 	}
-	if m.Waiting, _, err = p.sum(metricWaiting); err != nil {
+	if m.Waiting, _, err = e.sum(metricWaiting); err != nil {
 		return Metrics{}, err
 	}
-	kvTotal, kvSeries, err := p.sum(p.first(metricKVCacheUsage, metricGPUCacheUsage))
+	kvTotal, kvSeries, err := e.sum(e.first(metricKVCacheUsage, metricGPUCacheUsage))
 	if err != nil {
 		return Metrics{}, err
 	}
 	if kvSeries > 0 {
 		m.KVCacheUsage = kvTotal / float64(kvSeries)
 	}
-	if m.PromptTokensTotal, _, err = p.sum(metricPromptTokens); err != nil {
+	if m.PromptTokensTotal, _, err = e.sum(metricPromptTokens); err != nil {
 		return Metrics{}, err
 	}
-	if m.GenerationTokensTotal, _, err = p.sum(metricGenerationTokens); err != nil {
+	if m.GenerationTokensTotal, _, err = e.sum(metricGenerationTokens); err != nil {
 		return Metrics{}, err
 	}
-	if m.PreemptionsTotal, _, err = p.sum(metricPreemptions); err != nil {
+	if m.PreemptionsTotal, _, err = e.sum(metricPreemptions); err != nil {
 		return Metrics{}, err
 	}
-	if m.QueueTime, err = p.histogram(metricQueueTime); err != nil {
+	if m.QueueTime, err = e.histogram(metricQueueTime); err != nil {
 		return Metrics{}, err
 	}
-	if m.TimeToFirstToken, err = p.histogram(metricTimeToFirstToken); err != nil {
+	if m.TimeToFirstToken, err = e.histogram(metricTimeToFirstToken); err != nil {
 		return Metrics{}, err
 	}
-	if m.InterTokenLatency, err = p.histogram(p.first(metricInterTokenLatency, metricTimePerOutputToken)); err != nil {
+	if m.InterTokenLatency, err = e.histogram(e.first(metricInterTokenLatency, metricTimePerOutputToken)); err != nil {
 		return Metrics{}, err
 	}
-	if m.SleepReported, m.Sleeping, m.SleepLevel, err = p.sleep(); err != nil {
+	if m.SleepReported, m.Sleeping, m.SleepLevel, err = e.sleep(); err != nil {
 		return Metrics{}, err
 	}
 
 	// Series without an engine label land under "", so a pre-V1 server counts as one engine.
-	m.Engines = len(p.engines)
-	for model := range p.models {
+	m.Engines = len(e.engines)
+	for model := range e.models {
 		m.Models = append(m.Models, model)
 	}
 	slices.Sort(m.Models)
 	return m, nil
 }
 
-// parsed holds one exposition's families and notes which engines and models
-// the series Gleaner reads cover. Families are looked up by exact name, so
-// `_created` series never count.
-type parsed struct {
-	families map[string]*dto.MetricFamily
-	engines  map[string]bool
-	models   map[string]bool
-}
-
 // first returns the first of names the exposition has, else the last: the
 // newest vLLM name is preferred and an older one read only in its absence.
-func (p *parsed) first(names ...string) string {
+// Families are looked up by exact name, so `_created` series never count.
+func (e *exposition) first(names ...string) string {
 	for _, name := range names {
-		if p.families[name] != nil {
+		if e.family(name) != nil {
 			return name
 		}
 	}
 	return names[len(names)-1]
 }
 
-func (p *parsed) note(metric *dto.Metric) {
-	p.engines[labelValue(metric, labelEngine)] = true
-	if model := labelValue(metric, labelModel); model != "" {
-		p.models[model] = true
+// note records which engine and model a series Gleaner reads covers.
+func (e *exposition) note(s *series) {
+	if engine := labelValue(s.labels, labelEngine); !e.engines[string(engine)] {
+		e.engines[string(engine)] = true
+	}
+	if model := labelValue(s.labels, labelModel); len(model) > 0 && !e.models[string(model)] {
+		e.models[string(model)] = true
 	}
 }
 
 // sum adds up a gauge or counter family's samples; n is how many series it has.
-func (p *parsed) sum(name string) (total float64, n int, err error) {
-	mf := p.families[name]
-	if mf == nil {
+func (e *exposition) sum(name string) (total float64, n int, err error) {
+	f := e.family(name)
+	if f == nil {
 		return 0, 0, nil
 	}
-	for _, metric := range mf.GetMetric() {
-		v, err := sampleValue(mf, metric)
+	for i := range f.series {
+		s := &f.series[i]
+		v, err := sampleValue(name, f, s)
 		if err != nil {
 			return 0, 0, err
 		}
 		total += v
 		n++
-		p.note(metric)
+		e.note(s)
 	}
 	if math.IsInf(total, 0) {
 		return 0, 0, fmt.Errorf("vLLM metric %s overflows when summed over its %d series", name, n)
@@ -329,21 +356,22 @@ func (p *parsed) sum(name string) (total float64, n int, err error) {
 
 // histogram sums a histogram family's series (one per engine) bucket by
 // bucket. Absent, it is the zero Histogram.
-func (p *parsed) histogram(name string) (Histogram, error) {
-	mf := p.families[name]
-	if mf == nil {
+func (e *exposition) histogram(name string) (Histogram, error) {
+	f := e.family(name)
+	if f == nil {
 		return Histogram{}, nil
 	}
-	if mf.GetType() != dto.MetricType_HISTOGRAM {
-		return Histogram{}, fmt.Errorf("vLLM metric %s has type %s, want histogram", name, mf.GetType())
+	if f.typ != dto.MetricType_HISTOGRAM {
+		return Histogram{}, fmt.Errorf("vLLM metric %s has type %s, want histogram", name, f.typ)
 	}
 	var total Histogram
-	for i, metric := range mf.GetMetric() {
-		h, err := seriesHistogram(name, metric)
+	for i := range f.series {
+		s := &f.series[i]
+		h, err := seriesHistogram(name, s)
 		if err != nil {
 			return Histogram{}, err
 		}
-		p.note(metric)
+		e.note(s)
 		if i == 0 {
 			total = h
 			continue
@@ -352,7 +380,7 @@ func (p *parsed) histogram(name string) (Histogram, error) {
 		// would need guessing how observations spread inside buckets.
 		if !slices.Equal(total.Bounds, h.Bounds) {
 			return Histogram{}, fmt.Errorf("vLLM histogram %s%s has buckets %v, but an earlier series has %v; series can only be summed with equal buckets",
-				name, formatLabels(metric), h.Bounds, total.Bounds)
+				name, formatLabels(s.labels), h.Bounds, total.Bounds)
 		}
 		for j := range total.Counts {
 			total.Counts[j] += h.Counts[j]
@@ -361,7 +389,7 @@ func (p *parsed) histogram(name string) (Histogram, error) {
 		total.Sum += h.Sum
 	}
 	if math.IsInf(total.Count, 0) || math.IsInf(total.Sum, 0) {
-		return Histogram{}, fmt.Errorf("vLLM histogram %s overflows when summed over its %d series", name, len(mf.GetMetric()))
+		return Histogram{}, fmt.Errorf("vLLM histogram %s overflows when summed over its %d series", name, len(f.series))
 	}
 	return total, nil
 }
@@ -369,21 +397,17 @@ func (p *parsed) histogram(name string) (Histogram, error) {
 // seriesHistogram checks one histogram series and puts it in the Histogram
 // shape: ascending bounds ending with +Inf. A series without a +Inf bucket
 // (as in vLLM's own docs) gets one holding _count.
-func seriesHistogram(name string, metric *dto.Metric) (Histogram, error) {
-	dh := metric.GetHistogram()
-	where := name + formatLabels(metric)
+func seriesHistogram(name string, s *series) (Histogram, error) {
+	raw := &s.hist
+	where := name + formatLabels(s.labels)
 	bad := func(format string, args ...any) (Histogram, error) {
 		return Histogram{}, fmt.Errorf("vLLM histogram %s: "+format, append([]any{where}, args...)...)
 	}
 	var h Histogram
-	h.Bounds = make([]float64, 0, len(dh.GetBucket())+1)
-	h.Counts = make([]float64, 0, len(dh.GetBucket())+1)
-	for _, b := range dh.GetBucket() {
-		bound := b.GetUpperBound()
-		count := float64(b.GetCumulativeCount())
-		if b.CumulativeCountFloat != nil {
-			count = b.GetCumulativeCountFloat()
-		}
+	h.Bounds = make([]float64, 0, len(raw.bounds)+1)
+	h.Counts = make([]float64, 0, len(raw.bounds)+1)
+	for i, bound := range raw.bounds {
+		count := raw.counts[i]
 		switch {
 		case math.IsNaN(bound):
 			return bad("bucket bound le=NaN")
@@ -397,11 +421,7 @@ func seriesHistogram(name string, metric *dto.Metric) (Histogram, error) {
 		h.Bounds = append(h.Bounds, bound)
 		h.Counts = append(h.Counts, count)
 	}
-	h.Count = float64(dh.GetSampleCount())
-	if dh.SampleCountFloat != nil {
-		h.Count = dh.GetSampleCountFloat()
-	}
-	h.Sum = dh.GetSampleSum()
+	h.Count, h.Sum = raw.count, raw.sum
 	if math.IsNaN(h.Count) || math.IsInf(h.Count, 0) || h.Count < 0 {
 		return bad("_count is %v, want a finite non-negative number", h.Count)
 	}
@@ -470,21 +490,30 @@ var textParsers = sync.Pool{New: func() any {
 // _bucket, _sum and _count series of histograms. Of inter-token latency only
 // _sum and _count are read, for its mean: its buckets would cost a fifth of
 // the whole scrape, for quantiles no consumer needs.
-var wanted = func() map[string]bool {
-	names := map[string]bool{}
+var wantedNames = func() []string {
+	var names []string
 	for _, family := range []string{metricRunning, metricWaiting, metricKVCacheUsage, metricGPUCacheUsage,
 		metricPromptTokens, metricGenerationTokens, metricPreemptions, metricQueueTime, metricTimeToFirstToken,
 		metricSleepState, metricSleepLevel} {
 		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
-			names[family+suffix] = true
+			names = append(names, family+suffix)
 		}
 	}
 	for _, family := range []string{metricInterTokenLatency, metricTimePerOutputToken} {
 		for _, suffix := range []string{"", "_sum", "_count"} {
-			names[family+suffix] = true
+			names = append(names, family+suffix)
 		}
 	}
 	return names
+}()
+
+// wanted is each of wantedNames by its index.
+var wanted = func() map[string]int {
+	index := make(map[string]int, len(wantedNames))
+	for i, name := range wantedNames {
+		index[name] = i
+	}
+	return index
 }()
 
 // classifier tells the lines the parser needs from those it does not.
@@ -512,7 +541,8 @@ func (c *classifier) keep(line []byte) bool {
 		if name == nil || (len(after) > 0 && after[0] != ' ' && after[0] != '\t') {
 			return true
 		}
-		return !help && wanted[string(name)]
+		_, ok := wanted[string(name)]
+		return !help && ok
 	}
 	if len(s) > 0 && s[0] == '{' {
 		c.sawLabelSet = true
@@ -523,7 +553,8 @@ func (c *classifier) keep(line []byte) bool {
 		return true
 	}
 	if !bytes.Equal(name, c.lastName) {
-		c.lastName, c.lastKeep = name, wanted[string(name)]
+		_, c.lastKeep = wanted[string(name)]
+		c.lastName = name
 	}
 	return c.lastKeep
 }
@@ -654,42 +685,37 @@ func explainParseError(body []byte, whole bool, err error) error {
 
 // sampleValue returns a gauge, counter or untyped sample, rejecting values that
 // would make a load figure meaningless (NaN, ±Inf, negative).
-func sampleValue(mf *dto.MetricFamily, metric *dto.Metric) (float64, error) {
-	var v float64
-	switch mf.GetType() {
-	case dto.MetricType_GAUGE:
-		v = metric.GetGauge().GetValue()
-	case dto.MetricType_COUNTER:
-		v = metric.GetCounter().GetValue()
-	case dto.MetricType_UNTYPED:
-		v = metric.GetUntyped().GetValue()
+func sampleValue(name string, f *family, s *series) (float64, error) {
+	switch f.typ {
+	case dto.MetricType_GAUGE, dto.MetricType_COUNTER, dto.MetricType_UNTYPED:
 	default:
-		return 0, fmt.Errorf("vLLM metric %s has type %s, want gauge or counter", mf.GetName(), mf.GetType())
+		return 0, fmt.Errorf("vLLM metric %s has type %s, want gauge or counter", name, f.typ)
 	}
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+	if v := s.value; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 		return 0, fmt.Errorf("vLLM metric %s%s has value %v, want a finite non-negative number",
-			mf.GetName(), formatLabels(metric), v)
+			name, formatLabels(s.labels), v)
 	}
-	return v, nil
+	return s.value, nil
 }
 
-func labelValue(metric *dto.Metric, name string) string {
-	for _, lp := range metric.GetLabel() {
-		if lp.GetName() == name {
-			return lp.GetValue()
+// labelValue is the value of the label name (nil when absent).
+func labelValue(labels []label, name string) []byte {
+	for _, l := range labels {
+		if string(l.name) == name {
+			return l.value
 		}
 	}
-	return ""
+	return nil
 }
 
 // formatLabels renders a series' labels for error messages, e.g. {engine="0"}.
-func formatLabels(metric *dto.Metric) string {
-	if len(metric.GetLabel()) == 0 {
+func formatLabels(labels []label) string {
+	if len(labels) == 0 {
 		return ""
 	}
-	parts := make([]string, 0, len(metric.GetLabel()))
-	for _, lp := range metric.GetLabel() {
-		parts = append(parts, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+	parts := make([]string, 0, len(labels))
+	for _, l := range labels {
+		parts = append(parts, fmt.Sprintf("%s=%q", l.name, l.value))
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }

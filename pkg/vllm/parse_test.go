@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gleaner-dev/gleaner/internal/vllmsim"
 )
 
 // fixtureDir returns the shared vLLM fixtures (real expositions kept outside
@@ -808,11 +813,14 @@ func FuzzParse(f *testing.F) {
 		// whenever the whole text is valid: same Metrics, or an error both ways.
 		if families, fullErr := parseText(strings.NewReader(text)); fullErr == nil {
 			withoutInterTokenBuckets(families)
-			want, wantErr := extract(families)
+			e := newExposition()
+			e.fromFamilies(families)
+			want, wantErr := e.extract()
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(m, want) {
 				t.Fatalf("with lines selected: %+v, %v\nparsed whole: %+v, %v", m, err, want, wantErr)
 			}
 		}
+		checkScanAgrees(t, []byte(text))
 		if err != nil {
 			if !reflect.DeepEqual(m, Metrics{}) {
 				t.Fatalf("partial data with error %v: %+v", err, m)
@@ -860,5 +868,149 @@ func TestPooledParserKeepsNothingParsed(t *testing.T) {
 	}
 	if len(families) != 1 || families["vllm:num_requests_running"] == nil {
 		t.Errorf("releasing the parser changed the families it returned: %v", families)
+	}
+}
+
+// checkScanAgrees: where scan reads the selected lines of body, what Parse
+// makes of them is what it makes of expfmt's reading of the same lines:
+// the same Metrics, or the same error.
+func checkScanAgrees(t *testing.T, body []byte) (scanned bool) {
+	t.Helper()
+	var selected bytes.Buffer
+	if whole, _ := selectLines(&selected, body, 0); whole {
+		return false
+	}
+	read := func(fast bool) (Metrics, error, bool) {
+		e := newExposition()
+		if fast {
+			if !e.scan(selected.Bytes()) {
+				return Metrics{}, nil, false
+			}
+		} else {
+			families, err := parseText(bytes.NewReader(selected.Bytes()))
+			if err != nil {
+				return Metrics{}, err, true
+			}
+			e.fromFamilies(families)
+		}
+		if err := e.checkLabelValues(DefaultMaxLabelValues); err != nil {
+			return Metrics{}, err, true
+		}
+		m, err := e.extract()
+		return m, err, true
+	}
+	got, gotErr, scanned := read(true)
+	if !scanned {
+		return false
+	}
+	want, wantErr, _ := read(false)
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("scanned: %+v, %v\nexpfmt:  %+v, %v\nof %q", got, gotErr, want, wantErr, selected.Bytes())
+	}
+	return true
+}
+
+// TestScanAgreesWithExpfmt mutates vLLM expositions line by line and byte
+// by byte: wherever scan reads a mutant, it must read it as expfmt does.
+// The unmutated expositions must be scanned, or Parse's common case would
+// be expfmt's after all.
+func TestScanAgreesWithExpfmt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bodies := [][]byte{
+		vllmV1Exposition(2, 100),
+		vllmsim.NewEndpoint(now).Render(vllmsim.Load{Model: "m", Running: 3, Waiting: 1, KVCache: 0.5}, now.Add(time.Minute)),
+		[]byte("vllm:num_requests_running{engine=\"0\"} 0\n" + sleepStateSet("m", "0", sleepWeightsOffloaded) + "vllm:engine_sleep_level{engine=\"0\"} 1\n"),
+	}
+	if dir, ok := fixtureDir(t); ok {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies, []byte(dropElisions(string(b))))
+		}
+	}
+	for i, body := range bodies[:3] {
+		if !checkScanAgrees(t, body) {
+			t.Errorf("body %d: scan declined an unmutated vLLM exposition", i)
+		}
+	}
+	// Pieces that expfmt reads in its own way, spliced in at random.
+	pieces := []string{" ", "\t", "\n", "{", "}", ",", "=", "\"", "\\", "-", "+Inf", "NaN", "_", "p", "le=\"0.5\"", "le=\"x\"",
+		"_bucket", "_count", "_sum", "# TYPE vllm:num_requests_running gauge\n", "# TYPE vllm:request_queue_time_seconds histogram\n",
+		"# TYPE vllm:num_requests_waiting summary\n", "engine=\"1\"", " 123", "1e400", "-0", "0x1", "__name__=\"a\"", "\xff"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	scanned, mutants := 0, 20000
+	for range mutants {
+		body := bodies[rng.IntN(len(bodies))]
+		lines := bytes.SplitAfter(body, []byte("\n"))
+		for range 1 + rng.IntN(3) {
+			j := rng.IntN(len(lines))
+			line := slices.Clone(lines[j])
+			switch rng.IntN(5) {
+			case 0: // drop a line
+				lines = slices.Delete(lines, j, j+1)
+				continue
+			case 1: // repeat a line elsewhere
+				lines = slices.Insert(lines, rng.IntN(len(lines)+1), line)
+				continue
+			case 2: // drop a byte
+				if len(line) > 0 {
+					k := rng.IntN(len(line))
+					line = slices.Delete(line, k, k+1)
+				}
+			default: // splice in a piece
+				k := rng.IntN(len(line) + 1)
+				line = slices.Insert(line, k, []byte(pieces[rng.IntN(len(pieces))])...)
+			}
+			lines[j] = line
+		}
+		if checkScanAgrees(t, bytes.Join(lines, nil)) {
+			scanned++
+		}
+	}
+	t.Logf("%d of %d mutants scanned, the rest read by expfmt", scanned, mutants)
+	if scanned < mutants/4 {
+		t.Errorf("scan read only %d of %d mutants: the test no longer tests it", scanned, mutants)
+	}
+}
+
+// TestResetExpositionKeepsNoText: an exposition parked in the pool between
+// scrapes must not keep the text it read alive (one per scrape in flight).
+func TestResetExpositionKeepsNoText(t *testing.T) {
+	var selected bytes.Buffer
+	selectLines(&selected, vllmV1Exposition(2, 10), 0)
+	e := newExposition()
+	if !e.scan(selected.Bytes()) {
+		t.Fatal("scan declined the benchmark's exposition")
+	}
+	if err := e.checkLabelValues(DefaultMaxLabelValues); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.extract(); err != nil {
+		t.Fatal(err)
+	}
+	e.reset()
+	held := 0
+	for _, l := range slices.Concat(e.labels[:cap(e.labels)], e.scratch[:cap(e.scratch)]) {
+		if l.name != nil || l.value != nil {
+			held++
+		}
+	}
+	for _, f := range e.families {
+		for _, s := range f.series[:cap(f.series)] {
+			if s.labels != nil {
+				held++
+			}
+		}
+	}
+	for _, d := range e.distinct[:cap(e.distinct)] {
+		if d.name != nil || slices.ContainsFunc(d.values[:cap(d.values)], func(v []byte) bool { return v != nil }) {
+			held++
+		}
+	}
+	if held > 0 || len(e.engines) > 0 || len(e.models) > 0 {
+		t.Errorf("after reset the exposition holds %d references into the text, %d engines, %d models", held, len(e.engines), len(e.models))
 	}
 }

@@ -18,8 +18,8 @@ import (
 	"time"
 )
 
-// exposition is a small vLLM V1 exposition with the given load.
-func exposition(running, waiting, kv float64) string {
+// smallExposition is a small vLLM V1 exposition with the given load.
+func smallExposition(running, waiting, kv float64) string {
 	return fmt.Sprintf(`# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="llama"} %g
@@ -35,7 +35,7 @@ vllm:generation_tokens_total{engine="0",model_name="llama"} 3400
 }
 
 func TestScrape(t *testing.T) {
-	good := exposition(2, 1, 0.25)
+	good := smallExposition(2, 1, 0.25)
 	tests := []struct {
 		name    string
 		scraper Scraper
@@ -203,7 +203,7 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// tlsServer serves exposition(1, 0, 0.5) over HTTPS to requests bearing token,
+// tlsServer serves smallExposition(1, 0, 0.5) over HTTPS to requests bearing token,
 // and returns it with a file holding its CA certificate.
 func tlsServer(t *testing.T, token string) (*httptest.Server, string) {
 	t.Helper()
@@ -212,7 +212,7 @@ func tlsServer(t *testing.T, token string) (*httptest.Server, string) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		fmt.Fprint(w, exposition(1, 0, 0.5))
+		fmt.Fprint(w, smallExposition(1, 0, 0.5))
 	}))
 	t.Cleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
@@ -283,7 +283,7 @@ func TestNewHTTPClientErrors(t *testing.T) {
 func TestScrapeKeepsConnectionsAlive(t *testing.T) {
 	var conns atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, exposition(1, 0, 0))
+		fmt.Fprint(w, smallExposition(1, 0, 0))
 	}))
 	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
 		if state == http.StateNew {

@@ -5,8 +5,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 // engineSleep is what one engine's sleep series say.
@@ -33,57 +31,63 @@ type engineSleep struct {
 // never as asleep: awake and a level both 1, both levels 1, a level gauge
 // that disagrees with the state, one engine in both forms, or two series of
 // one engine's state that differ.
-func (p *parsed) sleep() (reported, sleeping, deepest int, err error) {
+func (e *exposition) sleep() (reported, sleeping, deepest int, err error) {
+	states, levels := e.family(metricSleepState), e.family(metricSleepLevel)
+	if states == nil && levels == nil {
+		return 0, 0, 0, nil
+	}
 	engines := map[string]*engineSleep{}
-	of := func(metric *dto.Metric) *engineSleep {
-		e := labelValue(metric, labelEngine)
+	of := func(s *series) *engineSleep {
+		e := string(labelValue(s.labels, labelEngine))
 		if engines[e] == nil {
 			engines[e] = &engineSleep{states: map[string]float64{}}
 		}
 		return engines[e]
 	}
-	if mf := p.families[metricSleepState]; mf != nil {
-		for _, metric := range mf.GetMetric() {
-			v, err := sampleValue(mf, metric)
+	if states != nil {
+		for i := range states.series {
+			s := &states.series[i]
+			v, err := sampleValue(metricSleepState, states, s)
 			if err != nil {
 				return 0, 0, 0, err
 			}
 			if v != 0 && v != 1 {
-				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, want 0 or 1", metricSleepState, formatLabels(metric), v)
+				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, want 0 or 1", metricSleepState, formatLabels(s.labels), v)
 			}
-			es, state := of(metric), labelValue(metric, labelSleepState)
+			es, state := of(s), string(labelValue(s.labels, labelSleepState))
 			if old, ok := es.states[state]; ok && old != v {
 				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, but another series of the same engine and state has %v",
-					metricSleepState, formatLabels(metric), v, old)
+					metricSleepState, formatLabels(s.labels), v, old)
 			}
 			es.states[state] = v
-			p.note(metric)
+			e.note(s)
 		}
 	}
-	if mf := p.families[metricSleepLevel]; mf != nil {
-		for _, metric := range mf.GetMetric() {
-			v, err := sampleValue(mf, metric)
+	if levels != nil {
+		for i := range levels.series {
+			s := &levels.series[i]
+			v, err := sampleValue(metricSleepLevel, levels, s)
 			if err != nil {
 				return 0, 0, 0, err
 			}
 			if v != math.Trunc(v) || v > 2 {
-				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, want 0, 1 or 2", metricSleepLevel, formatLabels(metric), v)
+				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, want 0, 1 or 2", metricSleepLevel, formatLabels(s.labels), v)
 			}
-			es := of(metric)
+			es := of(s)
 			if es.hasLevel && es.level != v {
 				return 0, 0, 0, fmt.Errorf("vLLM metric %s%s has value %v, but another series of the same engine has %v",
-					metricSleepLevel, formatLabels(metric), v, es.level)
+					metricSleepLevel, formatLabels(s.labels), v, es.level)
 			}
 			es.level, es.hasLevel = v, true
-			p.note(metric)
+			e.note(s)
 		}
 	}
-	for _, e := range slices.Sorted(maps.Keys(engines)) {
-		known, asleep, level, err := engines[e].read()
+	for _, name := range slices.Sorted(maps.Keys(engines)) {
+		known, asleep, level, err := engines[name].read()
 		if err != nil {
 			where := metricSleepState
-			if e != "" {
-				where += fmt.Sprintf("{engine=%q}", e)
+			if name != "" {
+				where += fmt.Sprintf("{engine=%q}", name)
 			}
 			return 0, 0, 0, fmt.Errorf("vLLM metric %s: %w", where, err)
 		}
