@@ -19,15 +19,27 @@ import (
 type exposition struct {
 	families []family // by index in wantedNames
 	touched  []int    // the families this read created
-	labels   []label  // the series' labels, one after another
-	scratch  []label  // one line's labels while it is read
-	distinct []labelValues
-	engines  map[string]bool
-	models   map[string]bool
+	// others are the families expfmt read of names Parse does not read
+	// (from a line selectLines could not classify): only their labels
+	// count, toward Limits.MaxLabelValues.
+	others  []family
+	labels  []label // the series' labels, one after another
+	scratch []label // one line's labels while it is read
+	engines map[string]bool
+	models  map[string]bool
 }
+
+// Beyond these, scan declines a line to expfmt: vLLM writes 2 or 3 labels a
+// series and one histogram series per engine. They bound scan's own cost
+// (a line's duplicate labels, a histogram line's series) on hostile input.
+const (
+	scanMaxLabels          = 16
+	scanMaxHistogramSeries = 64
+)
 
 // family is one metric family: its type and its series.
 type family struct {
+	name    string // set in others only
 	typ     dto.MetricType
 	created bool // a TYPE line or a sample named it
 	series  []series
@@ -43,17 +55,12 @@ type series struct {
 
 // rawHistogram is a histogram series as written: seriesHistogram checks it.
 type rawHistogram struct {
-	bounds, counts []float64
-	count, sum     float64
+	bounds, counts   []float64
+	count, sum       float64
+	hasCount, hasSum bool
 }
 
 type label struct{ name, value []byte }
-
-// labelValues are the distinct values one label name takes (checkLabelValues).
-type labelValues struct {
-	name   []byte
-	values [][]byte
-}
 
 func newExposition() *exposition {
 	return &exposition{families: make([]family, len(wantedNames)), engines: map[string]bool{}, models: map[string]bool{}}
@@ -68,6 +75,10 @@ func (e *exposition) reset() {
 			f.series[j].labels = nil
 		}
 		f.typ, f.created, f.series = 0, false, f.series[:0]
+	}
+	e.others = nil
+	if cap(e.labels) > 4*DefaultMaxSeries { // let a hostile scrape's arena go
+		e.labels = nil
 	}
 	clear(e.labels)
 	clear(e.scratch[:cap(e.scratch)]) // a line with fewer labels left those of the one before
@@ -246,18 +257,27 @@ func (e *exposition) sample(line []byte) bool {
 		return true
 	}
 	s := e.histogramSeries(f)
+	if s == nil {
+		return false
+	}
 	switch p {
 	case bucketSample, countSample:
 		if v < 0 || (v == 0 && math.Signbit(v)) {
 			return false // expfmt: a negative count, or -0 read as 0
 		}
 		if p == countSample {
-			s.hist.count = v
+			if s.hist.hasCount {
+				return false // expfmt keeps an integer and a fraction apart
+			}
+			s.hist.count, s.hist.hasCount = v, true
 		} else {
 			s.hist.bounds, s.hist.counts = append(s.hist.bounds, le), append(s.hist.counts, v)
 		}
 	case sumSample:
-		s.hist.sum = v
+		if s.hist.hasSum {
+			return false
+		}
+		s.hist.sum, s.hist.hasSum = v, true
 	}
 	return true
 }
@@ -292,6 +312,9 @@ func (e *exposition) readLabels(s []byte) (rest []byte, ok bool) {
 		if bytes.IndexByte(value, '\\') >= 0 || !utf8.Valid(value) {
 			return nil, false
 		}
+		if len(e.scratch) >= scanMaxLabels {
+			return nil, false
+		}
 		for _, l := range e.scratch {
 			if bytes.Equal(l.name, name) {
 				return nil, false
@@ -321,7 +344,7 @@ func (e *exposition) keep(labels []label) []label {
 }
 
 // histogramSeries is the series of f with the line's labels (as a set, as
-// expfmt signs them), made on its first line.
+// expfmt signs them), made on its first line; nil past scanMaxHistogramSeries.
 func (e *exposition) histogramSeries(f *family) *series {
 	for i := range f.series {
 		if sameLabels(f.series[i].labels, e.scratch) {
@@ -329,6 +352,9 @@ func (e *exposition) histogramSeries(f *family) *series {
 		}
 	}
 	n := len(f.series)
+	if n >= scanMaxHistogramSeries {
+		return nil
+	}
 	if n < cap(f.series) {
 		f.series = f.series[:n+1]
 		s := &f.series[n]
@@ -385,11 +411,13 @@ func parseValue(s []byte) (float64, bool) {
 func (e *exposition) fromFamilies(families map[string]*dto.MetricFamily) {
 	e.reset()
 	for name, mf := range families {
-		i, ok := wanted[name]
-		if !ok {
-			continue
+		var f *family
+		if i, ok := wanted[name]; ok {
+			f = e.create(i, mf.GetType())
+		} else {
+			e.others = append(e.others, family{name: name, typ: mf.GetType()})
+			f = &e.others[len(e.others)-1]
 		}
-		f := e.create(i, mf.GetType())
 		for _, metric := range mf.GetMetric() {
 			var labels []label
 			for _, lp := range metric.GetLabel() {

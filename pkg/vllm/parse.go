@@ -217,43 +217,36 @@ var expositions = sync.Pool{New: func() any { return newExposition() }}
 // checkLabelValues fails when a label other than a bucket's "le" takes more
 // than limit distinct values over the families read.
 func (e *exposition) checkLabelValues(limit int) error {
-	e.distinct = e.distinct[:0]
-	defer func() { // keep no reference into the text
-		for i := range e.distinct {
-			d := &e.distinct[i]
-			clear(d.values)
-			d.name, d.values = nil, d.values[:0]
-		}
-	}()
-	for _, fi := range e.touched {
-		for _, s := range e.families[fi].series {
+	values := map[string]map[string]struct{}{}
+	check := func(name string, f *family) error {
+		for _, s := range f.series {
 			for _, l := range s.labels {
 				if string(l.name) == model.BucketLabel {
 					continue
 				}
-				var seen *labelValues
-				for i := range e.distinct {
-					if bytes.Equal(e.distinct[i].name, l.name) {
-						seen = &e.distinct[i]
-						break
-					}
-				}
+				seen := values[string(l.name)]
 				if seen == nil {
-					if len(e.distinct) < cap(e.distinct) {
-						e.distinct = e.distinct[:len(e.distinct)+1]
-					} else {
-						e.distinct = append(e.distinct, labelValues{})
-					}
-					seen = &e.distinct[len(e.distinct)-1]
-					seen.name, seen.values = l.name, seen.values[:0]
+					seen = map[string]struct{}{}
+					values[string(l.name)] = seen
 				}
-				if slices.ContainsFunc(seen.values, func(v []byte) bool { return bytes.Equal(v, l.value) }) {
+				if _, ok := seen[string(l.value)]; ok {
 					continue
 				}
-				if seen.values = append(seen.values, l.value); len(seen.values) > limit {
-					return fmt.Errorf("%w: label %s of %s takes more than %d values", ErrTooManyLabelValues, l.name, wantedNames[fi], limit)
+				if seen[string(l.value)] = struct{}{}; len(seen) > limit {
+					return fmt.Errorf("%w: label %s of %s takes more than %d values", ErrTooManyLabelValues, l.name, name, limit)
 				}
 			}
+		}
+		return nil
+	}
+	for _, fi := range e.touched {
+		if err := check(wantedNames[fi], &e.families[fi]); err != nil {
+			return err
+		}
+	}
+	for i := range e.others {
+		if err := check(e.others[i].name, &e.others[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -1005,12 +1006,55 @@ func TestResetExpositionKeepsNoText(t *testing.T) {
 			}
 		}
 	}
-	for _, d := range e.distinct[:cap(e.distinct)] {
-		if d.name != nil || slices.ContainsFunc(d.values[:cap(d.values)], func(v []byte) bool { return v != nil }) {
-			held++
-		}
-	}
 	if held > 0 || len(e.engines) > 0 || len(e.models) > 0 {
 		t.Errorf("after reset the exposition holds %d references into the text, %d engines, %d models", held, len(e.engines), len(e.models))
+	}
+}
+
+// TestScanDeclinesWhatExpfmtReadsItsOwnWay: inputs a hostile endpoint could
+// write where scan would differ from expfmt, or cost more than it, go to
+// expfmt; the result is expfmt's.
+func TestScanDeclinesWhatExpfmtReadsItsOwnWay(t *testing.T) {
+	var manySeries, manyLabels strings.Builder
+	manySeries.WriteString("vllm:num_requests_running 0\n# TYPE vllm:request_queue_time_seconds histogram\n")
+	for i := range scanMaxHistogramSeries + 1 {
+		fmt.Fprintf(&manySeries, "vllm:request_queue_time_seconds_sum{engine=\"%d\"} 1\n", i)
+	}
+	manyLabels.WriteString("vllm:num_requests_running{")
+	for i := range scanMaxLabels + 1 {
+		fmt.Fprintf(&manyLabels, "l%d=\"x\",", i)
+	}
+	manyLabels.WriteString("} 1\n")
+	for name, body := range map[string]string{
+		// expfmt keeps a fractional _count apart from an integer one and reads the fraction.
+		"two counts": "vllm:num_requests_running 0\n# TYPE vllm:request_queue_time_seconds histogram\n" +
+			"vllm:request_queue_time_seconds_bucket{le=\"1\"} 1\nvllm:request_queue_time_seconds_count 0.5\nvllm:request_queue_time_seconds_count 2\n",
+		"two sums": "vllm:num_requests_running 0\n# TYPE vllm:request_queue_time_seconds histogram\n" +
+			"vllm:request_queue_time_seconds_sum 0.5\nvllm:request_queue_time_seconds_sum 2\n",
+		"many histogram series": manySeries.String(),
+		"many labels":           manyLabels.String(),
+	} {
+		if checkScanAgrees(t, []byte(body)) {
+			t.Errorf("%s: scanned; want it declined to expfmt", name)
+		}
+	}
+	_, err := Parse(strings.NewReader("vllm:num_requests_running 0\n# TYPE vllm:request_queue_time_seconds histogram\n" +
+		"vllm:request_queue_time_seconds_bucket{le=\"1\"} 1\nvllm:request_queue_time_seconds_count 0.5\nvllm:request_queue_time_seconds_count 2\n"))
+	if err == nil || !strings.Contains(err.Error(), "_count is 0.5") {
+		t.Errorf("Parse(two counts) = %v, want expfmt's reading: _count is 0.5", err)
+	}
+}
+
+// TestLabelValuesCappedOutsideTheFamiliesRead: a family Parse does not read
+// but expfmt parsed (a line selectLines cannot classify) still counts toward
+// MaxLabelValues, as it costs the parse its memory.
+func TestLabelValuesCappedOutsideTheFamiliesRead(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("vllm:num_requests_running 0\n")
+	for i := range DefaultMaxLabelValues + 1 {
+		fmt.Fprintf(&b, "x\"y\"{a=\"%d\"} 0\n", i)
+	}
+	if _, err := Parse(strings.NewReader(b.String())); !errors.Is(err, ErrTooManyLabelValues) {
+		t.Errorf("Parse = %v, want ErrTooManyLabelValues", err)
 	}
 }
