@@ -315,7 +315,9 @@ func (e *exposition) first(names ...string) string {
 	return names[len(names)-1]
 }
 
-// note records which engine and model a series Gleaner reads covers.
+// note records which engine and model a series Gleaner reads covers. It
+// looks before it stores: storing a key converted from bytes copies it,
+// looking up does not, and most series repeat an engine and model.
 func (e *exposition) note(s *series) {
 	if engine := labelValue(s.labels, labelEngine); !e.engines[string(engine)] {
 		e.engines[string(engine)] = true

@@ -38,11 +38,11 @@ func (e *exposition) sleep() (reported, sleeping, deepest int, err error) {
 	}
 	engines := map[string]*engineSleep{}
 	of := func(s *series) *engineSleep {
-		e := string(labelValue(s.labels, labelEngine))
-		if engines[e] == nil {
-			engines[e] = &engineSleep{states: map[string]float64{}}
+		engine := string(labelValue(s.labels, labelEngine))
+		if engines[engine] == nil {
+			engines[engine] = &engineSleep{states: map[string]float64{}}
 		}
-		return engines[e]
+		return engines[engine]
 	}
 	if states != nil {
 		for i := range states.series {
