@@ -33,6 +33,14 @@ func TestKillSwitch(t *testing.T) {
 			t.Fatalf("pause: exit %d, %q %q", code, stdout, stderr)
 		}
 		paused := time.Now()
+		// The switch reaches the scheduler on the Lease's watch, apart from
+		// the pods': a pod created before that event is delivered may still
+		// be placed, as after a cordon.
+		eventually(t, 10*time.Second, "the scheduler sees the pause", func(context.Context) (bool, error) {
+			v, err := gathered("gleaner_scheduler_lending_stopped", nil)
+			return v == 1, err
+		})
+		t.Logf("the scheduler saw the pause %v after kubectl returned", time.Since(paused).Round(time.Millisecond))
 		env.create(bestEffortPod("after-pause", 2))
 		ev := env.waitEvent(researchNS, "after-pause", "FailedScheduling", gpuharvest.ErrReasonLendingStopped, 10*time.Second)
 		t.Logf("a pod created after pause was refused %v after it: %s", time.Since(paused).Round(time.Millisecond), ev.Message)
@@ -66,6 +74,10 @@ func TestKillSwitch(t *testing.T) {
 			t.Fatalf("resume: exit %d, %q %q", code, stdout, stderr)
 		}
 		resumed := time.Now()
+		eventually(t, 10*time.Second, "the scheduler sees the resume", func(context.Context) (bool, error) {
+			v, err := gathered("gleaner_scheduler_lending_stopped", nil)
+			return v == 0, err
+		})
 		// No verdict changed under the hold: only lifting the switch sends
 		// the refused pod back to the queue.
 		node := env.waitBound(researchNS, "after-pause", 10*time.Second)

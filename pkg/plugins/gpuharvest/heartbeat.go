@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 )
 
 // heartbeat judges gleaner-controller's heartbeat Lease, which the controller
@@ -57,12 +58,21 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 	informer := factory.Coordination().V1().Leases()
 	hb := &heartbeat{ref: ref, timeout: timeout, clock: clk, lister: informer.Lister(), synced: informer.Informer().HasSynced}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				showStop(l)
+			}
+		},
+		// A deleted Lease carries no switch (and a missing heartbeat lends
+		// nothing anyway).
+		DeleteFunc: func(interface{}) { pluginmetrics.LendingStopped.Set(0) },
 		UpdateFunc: func(oldObj, newObj interface{}) {
 			o, ok1 := oldObj.(*coordinationv1.Lease)
 			n, ok2 := newObj.(*coordinationv1.Lease)
 			if !ok1 || !ok2 {
 				return
 			}
+			showStop(n)
 			if renewals, becameFresh := hb.observe(o, n); renewals > 0 && onRenew != nil {
 				onRenew(renewals, becameFresh)
 			}
@@ -72,6 +82,15 @@ func startHeartbeat(ctx context.Context, client kubernetes.Interface, ref LeaseR
 	}
 	factory.Start(ctx.Done())
 	return hb, nil
+}
+
+// showStop publishes whether the Lease as seen now carries the kill switch.
+func showStop(l *coordinationv1.Lease) {
+	stopped := 0.0
+	if api.ReadStop(l.Annotations).Stopped() {
+		stopped = 1
+	}
+	pluginmetrics.LendingStopped.Set(stopped)
 }
 
 // observe records a change of the Lease seen now. For a renewal it returns
