@@ -32,6 +32,10 @@ type Node struct {
 	StuckGPUs int64
 	// HostsInference: at least one inference pod is bound here.
 	HostsInference bool
+	// DRA: the node's GPUs are published through DRA, and none as the
+	// extended resource: only replicas that take their GPUs through
+	// ResourceClaims can use them.
+	DRA bool
 }
 
 // Headroom asks a plan to keep room for whole inference replicas.
@@ -39,6 +43,10 @@ type Headroom struct {
 	Service        string
 	GPUsPerReplica int64
 	Replicas       int
+	// DRA: the service's replicas take their GPUs through ResourceClaims,
+	// so its room is kept on DRA nodes only, and other services' on the
+	// others.
+	DRA bool
 }
 
 // NodePlan is the plan for one node.
@@ -129,7 +137,12 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 			wanted = append(wanted, h)
 		}
 	}
-	sort.SliceStable(wanted, func(i, j int) bool { return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica })
+	sort.SliceStable(wanted, func(i, j int) bool {
+		if wanted[i].GPUsPerReplica != wanted[j].GPUsPerReplica {
+			return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica
+		}
+		return !wanted[i].DRA && wanted[j].DRA
+	})
 
 	// Replicas of one size go, one at a time, to the best home that holds
 	// them (betterHome: a strict order, so the best is one node). The homes
@@ -138,18 +151,19 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 	var unplaced []Headroom
 	for i := 0; i < len(wanted); {
 		q := homeQueue{gpus: wanted[i].GPUsPerReplica}
+		dra := wanted[i].DRA
 		for k := range lendable {
-			if lendable[k].spare >= q.gpus {
+			if lendable[k].spare >= q.gpus && lendable[k].DRA == dra {
 				q.homes = append(q.homes, &lendable[k])
 			}
 		}
 		heap.Init(&q)
-		for ; i < len(wanted) && wanted[i].GPUsPerReplica == q.gpus; i++ {
+		for ; i < len(wanted) && wanted[i].GPUsPerReplica == q.gpus && wanted[i].DRA == dra; i++ {
 			r := wanted[i]
 			for n := 0; n < r.Replicas; n++ {
 				if len(q.homes) == 0 {
 					// Nothing holds this replica, so nothing holds the rest of them.
-					unplaced = append(unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - n})
+					unplaced = append(unplaced, Headroom{Service: r.Service, GPUsPerReplica: r.GPUsPerReplica, Replicas: r.Replicas - n, DRA: r.DRA})
 					break
 				}
 				best := q.homes[0]

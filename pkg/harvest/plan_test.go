@@ -482,3 +482,31 @@ func BenchmarkMakePlan(b *testing.B) {
 		}
 	})
 }
+
+// A service whose replicas take GPUs through DRA claims keeps its room on
+// DRA nodes only, and another service's room stays off them: a replica
+// cannot use GPUs its kind of request is not given. A DRA replica that no
+// DRA node holds is unplaced, even with device-plugin GPUs free.
+func TestHeadroomGoesWhereItsKindOfGPUs(t *testing.T) {
+	nodes := []Node{
+		{Name: "plugin", InPool: true, Schedulable: true, AllocatableGPUs: 8, HostsInference: true},
+		{Name: "dra", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 4, DRA: true},
+	}
+	plan := MakePlan(nodes, []Headroom{
+		{Service: "serving/embed", GPUsPerReplica: 4, Replicas: 1, DRA: true},
+		{Service: "serving/chat", GPUsPerReplica: 4, Replicas: 1},
+	})
+	if got := plan.HeadroomFor; len(got["dra"]) != 1 || got["dra"][0] != "serving/embed" || len(got["plugin"]) != 1 || got["plugin"][0] != "serving/chat" {
+		t.Errorf("headroom for %v; want embed on dra and chat on plugin", got)
+	}
+	if p := plan.Nodes["dra"]; p.HarvestableGPUs != 4 || p.ReclaimGPUs != 0 {
+		t.Errorf("dra %+v", p)
+	}
+	plan = MakePlan(nodes, []Headroom{{Service: "serving/embed", GPUsPerReplica: 4, Replicas: 3, DRA: true}})
+	if len(plan.Unplaced) != 1 || plan.Unplaced[0].Replicas != 1 || !plan.Unplaced[0].DRA || len(plan.HeadroomFor["plugin"]) != 0 {
+		t.Errorf("three DRA replicas on one DRA node: unplaced %+v, headroom %v", plan.Unplaced, plan.HeadroomFor)
+	}
+	if p := plan.Nodes["dra"]; p.HarvestableGPUs != 0 || p.ReclaimGPUs != 4 {
+		t.Errorf("dra %+v; want it to owe its 4 lent GPUs", p)
+	}
+}

@@ -46,7 +46,7 @@ func (p *Planner) assess(obs Observation) *view {
 			svc = &service{trend: demand.Trend{Window: p.cfg.TrendWindow}, scaler: autoscale.New(p.cfg.Autoscale)}
 			p.services[s.Key] = svc
 		}
-		sd := ServiceDecision{Key: s.Key}
+		sd := ServiceDecision{Key: s.Key, dra: s.DRA}
 		svc.declared = s.Declared
 		if !svc.loaded {
 			sd.Problems = svc.load(s)

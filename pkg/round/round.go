@@ -63,6 +63,9 @@ type Service struct {
 	StoredProfile string
 	// Autoscale is set when Gleaner scales the service.
 	Autoscale *Autoscaled
+	// DRA: its replicas take their GPUs through ResourceClaims: its room
+	// is kept on nodes whose GPUs DRA publishes (harvest.Headroom.DRA).
+	DRA bool
 }
 
 // Autoscaled is a service Gleaner scales: its replica count now and its limits.
@@ -129,6 +132,8 @@ type ServiceDecision struct {
 	profile  *demand.Profile
 	// gpusPerLoad turns its load into GPUs (0: its replica size is unknown).
 	gpusPerLoad float64
+	// dra is Service.DRA.
+	dra bool
 }
 
 // load is the service's load now.
@@ -205,8 +210,8 @@ func (p *Planner) Plan(obs Observation) Decision {
 	for i := range v.services {
 		s := &v.services[i]
 		s.Need, s.Soon = need[i], soon[i]
-		headroom = appendHeadroom(headroom, s.Key, s.Need.GPUsPerReplica, s.Need.HeadroomReplicas)
-		soonHeadroom = appendHeadroom(soonHeadroom, s.Key, s.Soon.GPUsPerReplica, s.Soon.HeadroomReplicas)
+		headroom = appendHeadroom(headroom, s, s.Need.GPUsPerReplica, s.Need.HeadroomReplicas)
+		soonHeadroom = appendHeadroom(soonHeadroom, s, s.Soon.GPUsPerReplica, s.Soon.HeadroomReplicas)
 	}
 	d.Services = v.services
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)

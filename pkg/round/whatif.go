@@ -99,7 +99,7 @@ func (v *view) headroomFor(forecasts []demand.Forecast) []harvest.Headroom {
 	var out []harvest.Headroom
 	for i, n := range needed {
 		o := &v.services[i].observed
-		out = appendHeadroom(out, v.services[i].Key, o.GPUsPerReplica, max(0, n-o.Current))
+		out = appendHeadroom(out, &v.services[i], o.GPUsPerReplica, max(0, n-o.Current))
 	}
 	return out
 }
@@ -231,9 +231,9 @@ func (v *view) nodePlans(dst []harvest.NodePlan, last, headroom []harvest.Headro
 // appendHeadroom adds the room a service keeps for its headroom replicas, if
 // any: one form for every plan of a round, so that equal needs give equal
 // headroom (nodePlans reuses a plan when they do).
-func appendHeadroom(out []harvest.Headroom, key string, gpusPerReplica int64, spare int) []harvest.Headroom {
+func appendHeadroom(out []harvest.Headroom, s *ServiceDecision, gpusPerReplica int64, spare int) []harvest.Headroom {
 	if spare > 0 {
-		out = append(out, harvest.Headroom{Service: key, GPUsPerReplica: gpusPerReplica, Replicas: spare})
+		out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: gpusPerReplica, Replicas: spare, DRA: s.dra})
 	}
 	return out
 }
