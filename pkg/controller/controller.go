@@ -242,13 +242,16 @@ type Controller struct {
 	// nativeGroups reads native PodGroups; nil when the API server does not
 	// serve them (set once, by Run, before any round: startNativeGroups).
 	nativeGroups schedlisters.PodGroupLister
-	load         loadSource
-	evictor      *evict.Evictor
-	broadcast    record.EventBroadcaster
-	recorder     record.EventRecorder
-	planner      *round.Planner
-	heartbeat    *heartbeat
-	progress     *watchProgress
+	// dra counts GPUs published through DRA; nil when the API server does
+	// not serve it.
+	dra       *draGPUs
+	load      loadSource
+	evictor   *evict.Evictor
+	broadcast record.EventBroadcaster
+	recorder  record.EventRecorder
+	planner   *round.Planner
+	heartbeat *heartbeat
+	progress  *watchProgress
 	// ledger keeps each namespace's harvest and jobs, and each inference
 	// service's waits; status publishes them.
 	ledger *ledger.Ledger
@@ -366,6 +369,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	go wait.UntilWithContext(ctx, func(context.Context) { roundAge.Set(c.heartbeat.age().Seconds()) }, time.Second)
 
 	defer c.startNativeGroups(ctx)()
+	draSynced, stopDRA := c.startDRA(ctx)
+	defer stopDRA()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if c.pgFactory != nil {
@@ -383,7 +388,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}()
 
-	if !cache.WaitForCacheSync(loadCtx.Done(), append(c.synced, c.load.HasSynced)...) {
+	if !cache.WaitForCacheSync(loadCtx.Done(), append(append(c.synced, draSynced...), c.load.HasSynced)...) {
 		if ctx.Err() == nil {
 			return fmt.Errorf("%s: metrics informer stopped: %w", Component, <-loadDone)
 		}
@@ -516,12 +521,16 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	// Terminations count on this controller's clock: between the round that
 	// first saw them and the one before (the first round of all takes the
 	// API server's word, unless later than now).
+	draCount, err := c.dra.count(ctx, podList)
+	if err != nil {
+		return observed{}, fmt.Errorf("counting DRA GPUs: %w", err)
+	}
 	present := make(map[types.UID]bool, len(podList))
 	podGPUs := make([]int64, len(podList))
 	for i, p := range podList {
 		c.terminations.Saw(p, c.observed, now)
 		present[p.UID] = true
-		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource)
+		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource) + draCount.Held[p.UID]
 	}
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
 	c.observed = now
@@ -530,16 +539,29 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 
 	index := make(map[string]int, len(nodeList))
 	var largestNodeGPUs int64
+	var draNodes map[string]*v1.Node
 	for i, n := range nodeList {
-		gpus := n.Status.Allocatable[c.cfg.GPUResource]
+		allocatable := n.Status.Allocatable[c.cfg.GPUResource]
+		d := draCount.Nodes[n.Name]
+		gpus := allocatable.Value() + d.GPUs
 		hn := harvest.Node{
 			Name:            n.Name,
 			InPool:          c.cfg.PoolSelector.Matches(labels.Set(n.Labels)),
-			Schedulable:     !n.Spec.Unschedulable && api.NodeReady(n),
-			AllocatableGPUs: gpus.Value(),
+			Schedulable:     !n.Spec.Unschedulable && api.NodeReady(n) && d.Problem == "",
+			AllocatableGPUs: gpus,
+			// GPUs allocated to claims no pod holds serve no one yet, but
+			// can be lent to no one either.
+			ServingGPUs: d.Unreserved,
+			DRA:         d.GPUs > 0 && allocatable.IsZero(),
+		}
+		if d.Problem != "" {
+			if draNodes == nil {
+				draNodes = map[string]*v1.Node{}
+			}
+			draNodes[n.Name] = n
 		}
 		if hn.InPool {
-			largestNodeGPUs = max(largestNodeGPUs, gpus.Value())
+			largestNodeGPUs = max(largestNodeGPUs, gpus)
 		}
 		if v, err := harvest.ReadNode(n); err == nil {
 			obs.Published[n.Name] = v.HarvestableGPUs
@@ -579,6 +601,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			}
 		}
 	}
+	c.reportDRA(ctx, draCount, draNodes)
 	live := make(map[types.UID]bool, len(bestEffort))
 	for _, p := range bestEffort {
 		live[p.UID] = true
@@ -595,7 +618,16 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	}
 	var problems map[string][]string
 	var services []ledger.ServiceNow
-	obs.Services, services, problems = c.observeServices(ctx, now, largestNodeGPUs)
+	var claimed map[types.NamespacedName]int64
+	for _, p := range podList {
+		if n := draCount.Held[p.UID]; n > 0 || len(p.Spec.ResourceClaims) > 0 {
+			if claimed == nil {
+				claimed = map[types.NamespacedName]int64{}
+			}
+			claimed[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = n
+		}
+	}
+	obs.Services, services, problems = c.observeServices(ctx, now, largestNodeGPUs, claimed)
 	return observed{Observation: obs, nodes: nodeList, pods: podList, gpus: podGPUs, problems: problems, services: services}, nil
 }
 

@@ -75,13 +75,16 @@ func serviceOf(d *appsv1.Deployment) string {
 // service's Deployment for acting on the decision, and returns each
 // service's replicas and those pending (for its owner's report), and its
 // annotation problems.
-func (c *Controller) observeServices(ctx context.Context, now time.Time, largestNodeGPUs int64) ([]round.Service, []ledger.ServiceNow, map[string][]string) {
+//
+// claimed holds every pod with ResourceClaims, and the GPUs they hold.
+func (c *Controller) observeServices(ctx context.Context, now time.Time, largestNodeGPUs int64, claimed map[types.NamespacedName]int64) ([]round.Service, []ledger.ServiceNow, map[string][]string) {
 	deployments, err := c.deployments.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments; planning on pod load alone")
 	}
 	replicas := map[string][]demand.Replica{}
 	pendingSince := map[string]time.Time{}
+	byClaims := map[string]bool{}
 	optedIn := c.inferenceNamespaces()
 	for _, pl := range c.load.Snapshot() {
 		if !optedIn(pl.Namespace) {
@@ -91,6 +94,12 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 		if since, ok := pendingSince[key]; pl.NodeName == "" && (!ok || pl.Created.Before(since)) {
 			pendingSince[key] = pl.Created
 		}
+		// A replica takes its GPUs through claims when they hold some, or
+		// (pending, not allocated yet) when it has claims and requests none.
+		held, hasClaims := claimed[types.NamespacedName{Namespace: pl.Namespace, Name: pl.Name}]
+		if held > 0 || (hasClaims && pl.GPUs == 0) {
+			byClaims[key] = true
+		}
 		replicas[key] = append(replicas[key], demand.Replica{
 			Pending: pl.NodeName == "",
 			Known:   pl.Fresh,
@@ -99,8 +108,9 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 			Running:  pl.Metrics.Running,
 			Waiting:  pl.Metrics.Waiting,
 			KVCache:  pl.Metrics.KVCacheUsage,
-			GPUs:     pl.GPUs,
-			Asleep:   pl.Metrics.Asleep(),
+			// A replica's GPUs: its request, and what its DRA claims hold.
+			GPUs:   pl.GPUs + held,
+			Asleep: pl.Metrics.Asleep(),
 		})
 	}
 	for _, d := range deployments {
@@ -132,10 +142,11 @@ func (c *Controller) observeServices(ctx context.Context, now time.Time, largest
 			}
 		}
 		summaries = append(summaries, sn)
-		s := round.Service{Key: key, Replicas: replicas[key], Settings: demand.Settings{TargetLoad: defaults.TargetLoad}}
+		s := round.Service{Key: key, Replicas: replicas[key], Settings: demand.Settings{TargetLoad: defaults.TargetLoad}, DRA: byClaims[key]}
 		if d := index.serving(key); d != nil {
-			c.served[key] = d
 			templateGPUs := api.PodGPUs(&v1.Pod{Spec: d.Spec.Template.Spec}, c.cfg.GPUResource)
+			s.DRA = s.DRA || (len(d.Spec.Template.Spec.ResourceClaims) > 0 && templateGPUs == 0)
+			c.served[key] = d
 			s.Settings, problems[key] = demand.ParseSettings(d.Annotations, templateGPUs, largestNodeGPUs, defaults)
 			s.Declared = true
 			s.StoredProfile = d.Annotations[api.AnnotationDemandProfile]

@@ -199,6 +199,15 @@ func (k *standInKubelet) admit(ctx context.Context, pod *v1.Pod) bool {
 		return true
 	}
 	gpus := api.PodGPUs(pod, api.GPUResource)
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		// As a kubelet does, a request the scheduler backed with DRA
+		// devices is not counted against the device plugin's GPUs.
+		for _, m := range st.RequestMappings {
+			if m.ResourceName == string(api.GPUResource) {
+				gpus = 0
+			}
+		}
+	}
 	var used int64
 	for _, g := range onNode {
 		used += g

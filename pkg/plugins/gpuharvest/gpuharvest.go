@@ -41,6 +41,7 @@ const (
 	ErrReasonHeartbeatStale  = "gleaner-controller heartbeat is stale, so no GPUs are lent"
 	ErrReasonLendingStopped  = "the cluster admin stopped all lending"
 	ErrReasonNewNode         = "node(s) joined after gleaner-controller's last planning round"
+	ErrReasonResourceClaims  = "a best-effort pod may take GPUs only by its extended request (which DRA may back through a DeviceClass's extendedResourceName): Gleaner cannot count what the pod's own ResourceClaims would hold; remove spec.resourceClaims"
 	priorityFragmentKey      = "v1.Pod.Spec.Priority"
 	bestEffortGPUFragmentKey = "gleaner.dev/BestEffortGPUs()"
 	// The declared checkpoint interval changes the score.
@@ -238,7 +239,7 @@ func nodeVerdict(node *v1.Node) (harvest.Verdict, error) {
 // rejectionCounters are resolved once, after registration (an unregistered
 // vector hands out no-op counters): Filter runs for every node of every pod.
 type rejectionCounters struct {
-	heartbeat, stopped, notOpen, badVerdict, notEnough, newNode metrics.CounterMetric
+	heartbeat, stopped, notOpen, badVerdict, notEnough, newNode, claims metrics.CounterMetric
 }
 
 func newRejectionCounters() rejectionCounters {
@@ -250,6 +251,7 @@ func newRejectionCounters() rejectionCounters {
 		badVerdict: c.WithLabelValues(pluginmetrics.ReasonBadVerdict),
 		notEnough:  c.WithLabelValues(pluginmetrics.ReasonNotEnoughGPUs),
 		newNode:    c.WithLabelValues(pluginmetrics.ReasonNewNode),
+		claims:     c.WithLabelValues(pluginmetrics.ReasonResourceClaims),
 	}
 }
 
@@ -326,6 +328,13 @@ func (s *preFilterState) Clone() fwk.StateData { return s }
 func (pl *GPUHarvest) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !api.IsBestEffort(pod, pl.threshold) {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		// Lent GPUs are counted from requests, here and in the controller:
+		// devices a claim of the pod's own would hold are not, so it could
+		// take more than the verdict lends.
+		pl.rejected.claims.Inc()
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonResourceClaims)
 	}
 	if err := pl.heartbeat.check(pl.clock.Now()); err != nil {
 		pluginmetrics.HeartbeatFresh.Set(0)
