@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
@@ -41,6 +42,10 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	pod.Spec.Tolerations = []v1.Toleration{{Key: "gpu", Operator: v1.TolerationOpExists}}
 	pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: c.Name, Ready: true}}
 	pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+	// What the DRA count reads (pkg/dra).
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("chat-0-gpus")}}
+	pod.Status.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: "chat-0-extended",
+		RequestMappings: []v1.ContainerExtendedResourceRequest{{ContainerName: c.Name, ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-0"}}}
 	before := pod.DeepCopy()
 
 	gpu := v1.ResourceName("nvidia.com/gpu")
@@ -70,7 +75,9 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(slim.Labels, before.Labels) || !equality.Semantic.DeepEqual(slim.OwnerReferences, before.OwnerReferences) ||
 		!equality.Semantic.DeepEqual(slim.Spec.Tolerations, before.Spec.Tolerations) || slim.Spec.NodeName != before.Spec.NodeName ||
-		slim.Spec.PriorityClassName != before.Spec.PriorityClassName || !equality.Semantic.DeepEqual(slim.Status.Conditions, before.Status.Conditions) {
+		slim.Spec.PriorityClassName != before.Spec.PriorityClassName || !equality.Semantic.DeepEqual(slim.Status.Conditions, before.Status.Conditions) ||
+		!equality.Semantic.DeepEqual(slim.Spec.ResourceClaims, before.Spec.ResourceClaims) ||
+		!equality.Semantic.DeepEqual(slim.Status.ExtendedResourceClaimStatus, before.Status.ExtendedResourceClaimStatus) {
 		t.Errorf("the transform changed what the controller reads:\nbefore %+v\nafter  %+v", before, slim)
 	}
 
