@@ -521,19 +521,21 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	// Terminations count on this controller's clock: between the round that
 	// first saw them and the one before (the first round of all takes the
 	// API server's word, unless later than now).
-	draCount, err := c.dra.count(ctx, podList)
-	if err != nil {
-		return observed{}, fmt.Errorf("counting DRA GPUs: %w", err)
-	}
 	present := make(map[types.UID]bool, len(podList))
 	podGPUs := make([]int64, len(podList))
 	for i, p := range podList {
 		c.terminations.Saw(p, c.observed, now)
 		present[p.UID] = true
-		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource) + draCount.Held[p.UID]
+		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource)
 	}
 	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
 	c.observed = now
+	// GPUs DRA publishes are counted by device: what claims hold (other
+	// than for extended requests, which podGPUs counts) is held on its node.
+	draCount, err := c.dra.count(ctx, podList)
+	if err != nil {
+		return observed{}, fmt.Errorf("counting DRA GPUs: %w", err)
+	}
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	optedIn := c.inferenceNamespaces()
 
@@ -549,10 +551,10 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			InPool:          c.cfg.PoolSelector.Matches(labels.Set(n.Labels)),
 			Schedulable:     !n.Spec.Unschedulable && api.NodeReady(n) && d.Problem == "",
 			AllocatableGPUs: gpus,
-			// GPUs allocated to claims no pod holds serve no one yet, but
-			// can be lent to no one either.
-			ServingGPUs: d.Unreserved,
-			DRA:         d.GPUs > 0 && allocatable.IsZero(),
+			// GPUs that claims hold (inference's, or no pod's yet), or
+			// that taints keep from pods, can be lent to no one.
+			ServingGPUs: d.Held,
+			DRA:         d.GPUs > 0,
 		}
 		if d.Problem != "" {
 			if draNodes == nil {

@@ -28,7 +28,9 @@ type draGPUs struct {
 	classes resourcelisters.DeviceClassLister
 	slices  resourcelisters.ResourceSliceLister
 	claims  resourcelisters.ResourceClaimLister
-	counter *dra.Counter
+	// taintRules is nil where DeviceTaintRules are not served.
+	taintRules resourcelisters.DeviceTaintRuleLister
+	counter    *dra.Counter
 	// reported are the problems last reported, by node ("" for the fleet's).
 	reported map[string]string
 }
@@ -58,6 +60,7 @@ func (c *Controller) startDRA(ctx context.Context) ([]cache.InformerSynced, func
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slimObjects(c.cfg.GPUResource)))
 	r := factory.Resource().V1()
+	// Claims are tenants' to write: each is cut to what the count reads.
 	c.dra = &draGPUs{
 		classes:  r.DeviceClasses().Lister(),
 		slices:   r.ResourceSlices().Lister(),
@@ -66,6 +69,10 @@ func (c *Controller) startDRA(ctx context.Context) ([]cache.InformerSynced, func
 		reported: map[string]string{},
 	}
 	synced := []cache.InformerSynced{r.DeviceClasses().Informer().HasSynced, r.ResourceSlices().Informer().HasSynced, r.ResourceClaims().Informer().HasSynced}
+	if served["devicetaintrules"] {
+		c.dra.taintRules = r.DeviceTaintRules().Lister()
+		synced = append(synced, r.DeviceTaintRules().Informer().HasSynced)
+	}
 	factory.Start(ctx.Done())
 	logger.V(2).Info("Counting GPUs that DRA publishes", "groupVersion", gv, "gpuResource", c.cfg.GPUResource)
 	return synced, factory.Shutdown
@@ -87,6 +94,11 @@ func (d *draGPUs) count(ctx context.Context, pods []*v1.Pod) (dra.Count, error) 
 	}
 	if f.Claims, err = d.claims.List(labels.Everything()); err != nil {
 		return dra.Count{}, err
+	}
+	if d.taintRules != nil {
+		if f.TaintRules, err = d.taintRules.List(labels.Everything()); err != nil {
+			return dra.Count{}, err
+		}
 	}
 	return d.counter.Count(ctx, f, pods), nil
 }

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -27,6 +28,8 @@ func slimObjects(gpu v1.ResourceName) cache.TransformFunc {
 			m.SetManagedFields(nil)
 		}
 		switch o := obj.(type) {
+		case *resourceapi.ResourceClaim:
+			return slimClaim(o), nil
 		case *v1.Pod:
 			o.Annotations = gleanerAnnotations(o.Annotations)
 			slimPodSpec(&o.Spec, gpu)
@@ -85,4 +88,27 @@ func gpuOnly(list v1.ResourceList, name v1.ResourceName) v1.ResourceList {
 		return nil
 	}
 	return v1.ResourceList{name: q}
+}
+
+// slimClaim keeps of a ResourceClaim what the DRA count reads (pkg/dra): its
+// names, the annotation that marks the scheduler's claim for an extended
+// request, and its allocation's results and consumers. A claim is a tenant's
+// to write: its spec and annotations may be large, and are dropped.
+func slimClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{
+		Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion,
+	}}
+	if v, ok := c.Annotations[resourceapi.ExtendedResourceClaimAnnotation]; ok {
+		out.Annotations = map[string]string{resourceapi.ExtendedResourceClaimAnnotation: v}
+	}
+	out.Status.ReservedFor = c.Status.ReservedFor
+	if a := c.Status.Allocation; a != nil {
+		out.Status.Allocation = &resourceapi.AllocationResult{}
+		results := make([]resourceapi.DeviceRequestAllocationResult, len(a.Devices.Results))
+		for i, r := range a.Devices.Results {
+			results[i] = resourceapi.DeviceRequestAllocationResult{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device, AdminAccess: r.AdminAccess}
+		}
+		out.Status.Allocation.Devices.Results = results
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,5 +88,25 @@ func TestSlimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	out, _ = transform(node)
 	if n := out.(*v1.Node); n.Status.Images != nil || n.ManagedFields != nil || !n.Status.Allocatable[gpu].Equal(resource.MustParse("8")) {
 		t.Errorf("node after the transform: images %v, managed fields %v, allocatable %v", n.Status.Images, n.ManagedFields, n.Status.Allocatable)
+	}
+}
+
+// A claim is a tenant's to write: the cache keeps what the DRA count reads.
+func TestSlimClaimKeepsWhatTheCountReads(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "u", ResourceVersion: "7",
+		Annotations: map[string]string{"big": strings.Repeat("x", 1<<16), resourceapi.ExtendedResourceClaimAnnotation: "true"}}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", Count: 2}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "p"}}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpus", Driver: "gpu.example.com", Pool: "node-a", Device: "gpu-0", AdminAccess: ptr.To(true)}}}}
+	out, err := slimObjects("nvidia.com/gpu")(claim.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := out.(*resourceapi.ResourceClaim)
+	if len(slim.Annotations) != 1 || slim.Spec.Devices.Requests != nil || slim.UID != claim.UID || slim.ResourceVersion != claim.ResourceVersion ||
+		!equality.Semantic.DeepEqual(slim.Status.ReservedFor, claim.Status.ReservedFor) ||
+		!equality.Semantic.DeepEqual(slim.Status.Allocation.Devices.Results, claim.Status.Allocation.Devices.Results) {
+		t.Errorf("slim claim %+v", slim)
 	}
 }

@@ -18,6 +18,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,6 +26,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
 )
 
 // Facts are the DRA objects a count reads.
@@ -32,6 +34,9 @@ type Facts struct {
 	Classes []*resourceapi.DeviceClass
 	Slices  []*resourceapi.ResourceSlice
 	Claims  []*resourceapi.ResourceClaim
+	// TaintRules are the DeviceTaintRules (none where the API server does
+	// not serve them).
+	TaintRules []*resourceapi.DeviceTaintRule
 }
 
 // Count is what DRA publishes of the fleet's GPUs.
@@ -39,9 +44,8 @@ type Count struct {
 	// Nodes holds, by node name, every node that has a GPU published
 	// through DRA, or a problem counting one.
 	Nodes map[string]Node
-	// Held is the GPUs each pod holds through its claims. The claim the
-	// scheduler makes for a pod's extended request is not counted here for
-	// the GPU resource's requests: api.PodGPUs counts those from the request.
+	// Held is the GPUs each pod's claims hold, for a service's replica size.
+	// (A node's GPUs are counted by device: Node.Held.)
 	Held map[types.UID]int64
 	// Problems are what keeps GPUs from being counted anywhere (a GPU class
 	// whose selector does not compile, GPUs in a pool no one node holds).
@@ -52,9 +56,12 @@ type Count struct {
 type Node struct {
 	// GPUs are the devices published for the node that a GPU class selects.
 	GPUs int64
-	// Unreserved are GPUs allocated to claims no pod holds: no pod uses
-	// them and none can be placed on them.
-	Unreserved int64
+	// Held are those none can be lent: allocated to a claim (whoever it is
+	// reserved for, if anyone: the allocator gives them to no one else),
+	// or tainted so that the allocator gives them to no pod that does not
+	// tolerate it. The claims the scheduler makes for pods' extended
+	// requests are not in it: api.PodGPUs counts those from the requests.
+	Held int64
 	// Problem says why the node's GPUs cannot be counted (empty: they can).
 	// Nothing is lent on such a node.
 	Problem string
@@ -69,12 +76,24 @@ type Counter struct {
 	slices map[types.UID]sliceDevices
 }
 
-// sliceDevices is a slice's devices as last judged.
+// deviceID names a device as an allocation result does.
+type deviceID struct{ driver, pool, device string }
+
+// gpuDevice is a GPU a slice publishes.
+type gpuDevice struct {
+	id      deviceID
+	node    string // "" when not one node's
+	tainted bool   // by the slice (NoSchedule or NoExecute)
+}
+
+// sliceDevices is a slice's GPUs as last judged.
 type sliceDevices struct {
 	version, classes string
-	node             string // the node the slice's devices are on ("" for several)
-	gpus             []string
-	problem          string
+	gpus             []gpuDevice
+	// nodes are the nodes the slice's devices are on.
+	nodes []string
+	// problem is why its GPUs cannot be counted.
+	problem string
 }
 
 // NewCounter returns a Counter for the GPU resource (e.g. nvidia.com/gpu).
@@ -86,14 +105,11 @@ func NewCounter(gpu v1.ResourceName) *Counter {
 	}
 }
 
-// deviceKey names a device as an allocation result does.
-func deviceKey(driver, pool, device string) string { return driver + "/" + pool + "/" + device }
-
 // poolKey names a pool.
 type poolKey struct{ driver, pool string }
 
-// Count counts the GPUs in facts; pods are the pods that may hold claims
-// (only those with an extended-resource claim are read).
+// Count counts the GPUs in facts. pods are every pod: a claim's holders are
+// read from them.
 func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 	out := Count{Nodes: map[string]Node{}, Held: map[types.UID]int64{}}
 	classes, classesKey, classProblem := c.gpuClasses(f.Classes)
@@ -103,14 +119,17 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 	if len(classes) == 0 && len(f.Slices) > 0 {
 		out.Problems = append(out.Problems, fmt.Sprintf("no DeviceClass has extendedResourceName %s: Gleaner counts no GPU that DRA publishes, and lends none", c.gpu))
 	}
-
-	// Only a pool's newest generation counts, and only once all its slices
-	// are published.
-	type poolSeen struct {
-		generation int64
-		want       int64
-		have       int64
+	problem := func(node, why string) {
+		n := out.Nodes[node]
+		if n.Problem == "" {
+			n.Problem = why
+			out.Nodes[node] = n
+		}
 	}
+
+	// Only a pool's newest generation counts, and only when exactly its
+	// slices are published, as the allocator reads pools.
+	type poolSeen struct{ generation, want, have int64 }
 	pools := map[poolKey]*poolSeen{}
 	for _, s := range f.Slices {
 		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
@@ -124,93 +143,153 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 		}
 	}
 
-	node := func(name string) Node { return out.Nodes[name] }
-	devices := map[string]string{} // GPU device key -> its node
+	devices := map[deviceID]*gpuDevice{}
 	seen := map[types.UID]bool{}
 	for _, s := range f.Slices {
-		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
-		p := pools[k]
+		p := pools[poolKey{s.Spec.Driver, s.Spec.Pool.Name}]
 		if s.Spec.Pool.Generation != p.generation {
 			continue
 		}
 		seen[s.UID] = true
 		judged := c.judge(ctx, s, classes, classesKey, classProblem)
-		if len(judged.gpus) == 0 && judged.problem == "" {
-			continue
+		why := judged.problem
+		if why == "" && p.have != p.want && len(judged.gpus) > 0 {
+			why = fmt.Sprintf("pool %s of driver %s is not fully published", s.Spec.Pool.Name, s.Spec.Driver)
 		}
-		if judged.node == "" {
-			if len(judged.gpus) > 0 {
-				out.Problems = append(out.Problems, fmt.Sprintf("ResourceSlice %s publishes GPUs of driver %s that no one node holds (pool %s): Gleaner counts GPUs per node only, and does not count these", s.Name, s.Spec.Driver, s.Spec.Pool.Name))
+		if why != "" {
+			for _, n := range judged.nodes {
+				problem(n, why)
 			}
-			continue
+			if len(judged.nodes) == 0 {
+				out.Problems = append(out.Problems, fmt.Sprintf("ResourceSlice %s: %s", s.Name, why))
+			}
 		}
-		n := node(judged.node)
-		switch {
-		case judged.problem != "":
-			n.Problem = firstProblem(n.Problem, judged.problem)
-		case p.have < p.want:
-			n.Problem = firstProblem(n.Problem, fmt.Sprintf("pool %s of driver %s is not fully published (%d of %d slices)", s.Spec.Pool.Name, s.Spec.Driver, p.have, p.want))
+		for i := range judged.gpus {
+			d := &judged.gpus[i]
+			if d.node == "" {
+				out.Problems = append(out.Problems, fmt.Sprintf("ResourceSlice %s publishes GPUs of driver %s that no one node holds (pool %s): Gleaner counts GPUs per node only, and does not count these", s.Name, s.Spec.Driver, s.Spec.Pool.Name))
+				break
+			}
+			if _, dup := devices[d.id]; dup {
+				problem(d.node, fmt.Sprintf("pool %s of driver %s publishes device %s twice", d.id.pool, d.id.driver, d.id.device))
+				continue
+			}
+			n := out.Nodes[d.node]
+			n.GPUs++
+			out.Nodes[d.node] = n
+			devices[d.id] = d
 		}
-		n.GPUs += int64(len(judged.gpus))
-		for _, d := range judged.gpus {
-			devices[deviceKey(s.Spec.Driver, s.Spec.Pool.Name, d)] = judged.node
-		}
-		out.Nodes[judged.node] = n
 	}
 	for uid := range c.slices {
 		if !seen[uid] {
 			delete(c.slices, uid)
 		}
 	}
-
-	byUID := make(map[types.UID]*v1.Pod)
-	for _, p := range pods {
-		if p.Status.ExtendedResourceClaimStatus != nil {
-			byUID[p.UID] = p
+	tainted := map[deviceID]bool{}
+	for id, d := range devices {
+		if d.tainted || taintedByRule(f.TaintRules, id) {
+			tainted[id] = true
 		}
 	}
+
+	byUID := make(map[types.UID]*v1.Pod, len(pods))
+	for _, p := range pods {
+		byUID[p.UID] = p
+	}
+	allocated := map[deviceID]bool{}
 	for _, claim := range f.Claims {
 		a := claim.Status.Allocation
 		if a == nil {
 			continue
 		}
 		holders := podHolders(claim)
-		// The requests the scheduler made for a pod's GPU resource: the
-		// pod's own request counts them.
-		var fromRequest map[string]bool
-		if claim.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true" && len(holders) > 0 {
-			if p := byUID[holders[0]]; p != nil && p.Status.ExtendedResourceClaimStatus.ResourceClaimName == claim.Name {
-				fromRequest = map[string]bool{}
-				for _, m := range p.Status.ExtendedResourceClaimStatus.RequestMappings {
-					if v1.ResourceName(m.ResourceName) == c.gpu {
-						fromRequest[m.RequestName] = true
+		fromRequest := extendedRequests(claim, holders, byUID, c.gpu)
+		for _, r := range a.Devices.Results {
+			id := deviceID{r.Driver, r.Pool, r.Device}
+			d, ok := devices[id]
+			if !ok {
+				if _, published := pools[poolKey{r.Driver, r.Pool}]; !published {
+					// Its pool is gone (a driver restarting): what it held
+					// is not known, so its holders' nodes lend nothing.
+					for _, uid := range holders {
+						if p := byUID[uid]; p != nil && p.Spec.NodeName != "" {
+							problem(p.Spec.NodeName, fmt.Sprintf("claim %s/%s holds device %s of pool %s of driver %s, which is no longer published", claim.Namespace, claim.Name, r.Device, r.Pool, r.Driver))
+						}
 					}
 				}
-			}
-		}
-		var gpus int64
-		var on string
-		for _, r := range a.Devices.Results {
-			n, ok := devices[deviceKey(r.Driver, r.Pool, r.Device)]
-			if !ok || fromRequest[r.Request] {
 				continue
 			}
-			gpus++
-			on = n
+			// Admin access watches a device without holding it, as the
+			// allocator counts it.
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue
+			}
+			if allocated[id] {
+				continue
+			}
+			allocated[id] = true
+			if fromRequest[r.Request] {
+				continue
+			}
+			n := out.Nodes[d.node]
+			n.Held++
+			out.Nodes[d.node] = n
+			if len(holders) > 0 {
+				// A claim several pods share is one replica's size.
+				out.Held[holders[0]]++
+			}
 		}
-		if gpus == 0 {
-			continue
+	}
+	for id := range tainted {
+		if !allocated[id] {
+			n := out.Nodes[devices[id].node]
+			n.Held++
+			out.Nodes[devices[id].node] = n
 		}
-		if len(holders) == 0 {
-			n := node(on)
-			n.Unreserved += gpus
-			out.Nodes[on] = n
-			continue
-		}
-		// A claim several pods share holds its devices once.
-		out.Held[holders[0]] += gpus
 	}
 	return out
+}
+
+// extendedRequests are the requests of the claim the scheduler made for a
+// pod's extended request of the GPU resource: the pod's own request counts
+// them. Nil for any other claim, or before the pod's status names it (then
+// its devices are counted as held: more, never less).
+func extendedRequests(claim *resourceapi.ResourceClaim, holders []types.UID, pods map[types.UID]*v1.Pod, gpu v1.ResourceName) map[string]bool {
+	if claim.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" || len(holders) == 0 {
+		return nil
+	}
+	p := pods[holders[0]]
+	if p == nil || p.Status.ExtendedResourceClaimStatus == nil || p.Status.ExtendedResourceClaimStatus.ResourceClaimName != claim.Name {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, m := range p.Status.ExtendedResourceClaimStatus.RequestMappings {
+		if v1.ResourceName(m.ResourceName) == gpu {
+			out[m.RequestName] = true
+		}
+	}
+	return out
+}
+
+// taintedByRule: a DeviceTaintRule keeps the device from pods that do not
+// tolerate it.
+func taintedByRule(rules []*resourceapi.DeviceTaintRule, id deviceID) bool {
+	for _, r := range rules {
+		if !blocks(r.Spec.Taint) {
+			continue
+		}
+		sel := r.Spec.DeviceSelector
+		if sel == nil || ((sel.Driver == nil || *sel.Driver == id.driver) &&
+			(sel.Pool == nil || *sel.Pool == id.pool) && (sel.Device == nil || *sel.Device == id.device)) {
+			return true
+		}
+	}
+	return false
+}
+
+// blocks: the taint keeps the device from pods that do not tolerate it.
+func blocks(t resourceapi.DeviceTaint) bool {
+	return t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute
 }
 
 // podHolders are the UIDs of the pods a claim is reserved for, in order.
@@ -276,12 +355,16 @@ func (c *Counter) judge(ctx context.Context, s *resourceapi.ResourceSlice, class
 		return d
 	}
 	d := sliceDevices{version: s.ResourceVersion, classes: classesKey}
-	if s.Spec.NodeName != nil {
-		d.node = *s.Spec.NodeName
-	}
 	perDevice := s.Spec.PerDeviceNodeSelection != nil && *s.Spec.PerDeviceNodeSelection
 	for i := range s.Spec.Devices {
 		dev := &s.Spec.Devices[i]
+		node := ptr.Deref(s.Spec.NodeName, "")
+		if perDevice {
+			node = ptr.Deref(dev.NodeName, "")
+		}
+		if node != "" && !slices.Contains(d.nodes, node) {
+			d.nodes = append(d.nodes, node)
+		}
 		gpu, err := isGPU(ctx, classes, s.Spec.Driver, dev)
 		if err != nil {
 			d.problem = firstProblem(d.problem, fmt.Sprintf("device %s of driver %s: a GPU class's selector failed: %v", dev.Name, s.Spec.Driver, err))
@@ -290,21 +373,17 @@ func (c *Counter) judge(ctx context.Context, s *resourceapi.ResourceSlice, class
 		if !gpu {
 			continue
 		}
-		if perDevice {
-			if dev.NodeName == nil || (d.node != "" && d.node != *dev.NodeName) {
-				d.node = ""
-				d.problem = firstProblem(d.problem, "a slice's GPUs are on several nodes")
-				break
-			}
-			d.node = *dev.NodeName
-		}
 		switch {
 		case len(dev.ConsumesCounters) > 0:
 			d.problem = firstProblem(d.problem, fmt.Sprintf("GPU %s of driver %s is a partition that shares its counters with others (MIG or another partitioning): Gleaner cannot count partitions", dev.Name, s.Spec.Driver))
 		case dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations:
 			d.problem = firstProblem(d.problem, fmt.Sprintf("GPU %s of driver %s may be shared by several claims (consumable capacity): Gleaner counts whole GPUs only", dev.Name, s.Spec.Driver))
 		}
-		d.gpus = append(d.gpus, dev.Name)
+		g := gpuDevice{id: deviceID{s.Spec.Driver, s.Spec.Pool.Name, dev.Name}, node: node}
+		for _, t := range dev.Taints {
+			g.tainted = g.tainted || blocks(t)
+		}
+		d.gpus = append(d.gpus, g)
 	}
 	if classProblem != "" && len(s.Spec.Devices) > 0 {
 		// Which of these devices are GPUs is not known: fail closed.

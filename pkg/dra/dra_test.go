@@ -100,7 +100,8 @@ func TestCountsWhatTheGPUClassSelects(t *testing.T) {
 	if len(got.Problems) > 0 {
 		t.Fatalf("problems: %v", got.Problems)
 	}
-	if a, b := got.Nodes["gpu-a"], got.Nodes["gpu-b"]; a != (Node{GPUs: 8}) || b != (Node{GPUs: 4, Unreserved: 3}) {
+	// Held by device, whoever the claim is reserved for, if anyone.
+	if a, b := got.Nodes["gpu-a"], got.Nodes["gpu-b"]; a != (Node{GPUs: 8, Held: 3}) || b != (Node{GPUs: 4, Held: 3}) {
 		t.Errorf("nodes: gpu-a %+v, gpu-b %+v", a, b)
 	}
 	if got.Held["chat-0"] != 2 || got.Held["eval-0"] != 1 || got.Held["eval-1"] != 0 {
@@ -137,8 +138,8 @@ func TestExtendedResourceClaimCountedOnce(t *testing.T) {
 			resourceapi.DeviceRequestAllocationResult{Request: req, Driver: driver, Pool: "gpu-a", Device: fmt.Sprintf("gpu-%d", i)})
 	}
 	facts := Facts{Classes: []*resourceapi.DeviceClass{nvidiaClass()}, Slices: []*resourceapi.ResourceSlice{slice("gpu-a", 1, gpus(8)...)}, Claims: []*resourceapi.ResourceClaim{special}}
-	if got := c.Count(context.Background(), facts, []*v1.Pod{pod}); got.Held["train"] != 1 {
-		t.Errorf("held through the claim besides the request: %d, want 1 (the request not mapped to %s)", got.Held["train"], gpuResource)
+	if got := c.Count(context.Background(), facts, []*v1.Pod{pod}); got.Held["train"] != 1 || got.Nodes["gpu-a"].Held != 1 {
+		t.Errorf("held through the claim besides the request: %d (node %+v), want 1 (the request not mapped to %s)", got.Held["train"], got.Nodes["gpu-a"], gpuResource)
 	}
 	// Before the pod's status names the claim, every device counts: more
 	// held, never less.
@@ -158,6 +159,9 @@ func TestGPUsGleanerCannotCountCloseTheirNode(t *testing.T) {
 	failing := nvidiaClass()
 	failing.Spec.Selectors[0].CEL.Expression = `device.attributes["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))`
 	incomplete := slice("gpu-a", 2, gpus(4)...)
+	extra := slice("gpu-a", 1, device("gpu-9", "gpu"))
+	extra.UID = "slice-gpu-a-extra"
+	twice := slice("gpu-a", 1, append(gpus(2), device("gpu-0", "gpu"))...)
 	for _, tc := range []struct {
 		name   string
 		class  *resourceapi.DeviceClass
@@ -166,7 +170,9 @@ func TestGPUsGleanerCannotCountCloseTheirNode(t *testing.T) {
 	}{
 		{"a MIG partition", nvidiaClass(), []*resourceapi.ResourceSlice{slice("gpu-a", 1, append(gpus(1), mig)...)}, "is a partition"},
 		{"a GPU several claims may share", nvidiaClass(), []*resourceapi.ResourceSlice{slice("gpu-a", 1, shared)}, "may be shared by several claims"},
-		{"a pool not fully published", nvidiaClass(), []*resourceapi.ResourceSlice{incomplete}, "not fully published (1 of 2 slices)"},
+		{"a pool not fully published", nvidiaClass(), []*resourceapi.ResourceSlice{incomplete}, "not fully published"},
+		{"a pool with a slice too many", nvidiaClass(), []*resourceapi.ResourceSlice{slice("gpu-a", 1, gpus(2)...), extra}, "not fully published"},
+		{"a device published twice", nvidiaClass(), []*resourceapi.ResourceSlice{twice}, "publishes device gpu-0 twice"},
 		{"a selector that does not compile", broken, []*resourceapi.ResourceSlice{slice("gpu-a", 1, gpus(2)...)}, "does not compile"},
 		{"a selector that fails on a device", failing, []*resourceapi.ResourceSlice{slice("gpu-a", 1, gpus(2)...)}, "selector failed"},
 	} {
@@ -195,5 +201,43 @@ func TestOnlyTheNewestGenerationCounts(t *testing.T) {
 	got := NewCounter(gpuResource).Count(context.Background(), Facts{Classes: []*resourceapi.DeviceClass{nvidiaClass()}, Slices: []*resourceapi.ResourceSlice{cur, old}}, nil)
 	if n := got.Nodes["gpu-a"]; n != (Node{GPUs: 6}) {
 		t.Errorf("gpu-a %+v, want 6 GPUs of generation 2", n)
+	}
+}
+
+// What the allocator would not give a best-effort pod is held: a device a
+// taint keeps from pods, whether the slice or a DeviceTaintRule sets it. A
+// result with admin access holds nothing, as the allocator counts it: a
+// monitoring agent watching every GPU must not make them all look busy.
+func TestTaintsAndAdminAccess(t *testing.T) {
+	devs := gpus(4)
+	devs[0].Taints = []resourceapi.DeviceTaint{{Key: "gpu.example.com/unhealthy", Effect: resourceapi.DeviceTaintEffectNoExecute}}
+	devs[1].Taints = []resourceapi.DeviceTaint{{Key: "note", Effect: resourceapi.DeviceTaintEffectNone}}
+	monitor := claim("dcgm", "gpu-a", []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, "dcgm-exporter")
+	for i := range monitor.Status.Allocation.Devices.Results {
+		monitor.Status.Allocation.Devices.Results[i].AdminAccess = ptr.To(true)
+	}
+	rule := &resourceapi.DeviceTaintRule{Spec: resourceapi.DeviceTaintRuleSpec{
+		DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(driver), Device: ptr.To("gpu-3")},
+		Taint:          resourceapi.DeviceTaint{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	}}
+	got := NewCounter(gpuResource).Count(context.Background(), Facts{
+		Classes: []*resourceapi.DeviceClass{nvidiaClass()}, Slices: []*resourceapi.ResourceSlice{slice("gpu-a", 1, devs...)},
+		Claims: []*resourceapi.ResourceClaim{monitor}, TaintRules: []*resourceapi.DeviceTaintRule{rule},
+	}, nil)
+	if n := got.Nodes["gpu-a"]; n != (Node{GPUs: 4, Held: 2}) {
+		t.Errorf("gpu-a %+v; want 4 GPUs, 2 held by taints (gpu-0 by the slice, gpu-3 by a rule), none by admin access", n)
+	}
+}
+
+// A claim that holds a device of a pool no longer published (a driver
+// restarting) closes its holder's node: what is held there is not known.
+func TestAClaimOnAVanishedPoolClosesItsNode(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "chat-0", UID: "chat-0"}, Spec: v1.PodSpec{NodeName: "gpu-a"}}
+	got := NewCounter(gpuResource).Count(context.Background(), Facts{
+		Classes: []*resourceapi.DeviceClass{nvidiaClass()},
+		Claims:  []*resourceapi.ResourceClaim{claim("chat-0-gpus", "gpu-a", []string{"gpu-0"}, "chat-0")},
+	}, []*v1.Pod{pod})
+	if p := got.Nodes["gpu-a"].Problem; !strings.Contains(p, "no longer published") {
+		t.Errorf("gpu-a's problem %q", p)
 	}
 }

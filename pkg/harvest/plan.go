@@ -32,9 +32,10 @@ type Node struct {
 	StuckGPUs int64
 	// HostsInference: at least one inference pod is bound here.
 	HostsInference bool
-	// DRA: the node's GPUs are published through DRA, and none as the
-	// extended resource: only replicas that take their GPUs through
-	// ResourceClaims can use them.
+	// DRA: the node has GPUs published through DRA: the only GPUs that
+	// replicas taking theirs through ResourceClaims can use. (A request of
+	// the extended resource can use them too: the scheduler backs it with
+	// DRA devices where the node does not advertise it.)
 	DRA bool
 }
 
@@ -44,8 +45,8 @@ type Headroom struct {
 	GPUsPerReplica int64
 	Replicas       int
 	// DRA: the service's replicas take their GPUs through ResourceClaims,
-	// so its room is kept on DRA nodes only, and other services' on the
-	// others.
+	// so its room is kept on DRA nodes only. It is placed before any other
+	// service's, which may go anywhere.
 	DRA bool
 }
 
@@ -138,10 +139,10 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 		}
 	}
 	sort.SliceStable(wanted, func(i, j int) bool {
-		if wanted[i].GPUsPerReplica != wanted[j].GPUsPerReplica {
-			return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica
+		if wanted[i].DRA != wanted[j].DRA {
+			return wanted[i].DRA
 		}
-		return !wanted[i].DRA && wanted[j].DRA
+		return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica
 	})
 
 	// Replicas of one size go, one at a time, to the best home that holds
@@ -153,7 +154,7 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 		q := homeQueue{gpus: wanted[i].GPUsPerReplica}
 		dra := wanted[i].DRA
 		for k := range lendable {
-			if lendable[k].spare >= q.gpus && lendable[k].DRA == dra {
+			if lendable[k].spare >= q.gpus && (lendable[k].DRA || !dra) {
 				q.homes = append(q.homes, &lendable[k])
 			}
 		}

@@ -484,9 +484,10 @@ func BenchmarkMakePlan(b *testing.B) {
 }
 
 // A service whose replicas take GPUs through DRA claims keeps its room on
-// DRA nodes only, and another service's room stays off them: a replica
-// cannot use GPUs its kind of request is not given. A DRA replica that no
-// DRA node holds is unplaced, even with device-plugin GPUs free.
+// DRA nodes only: such a replica cannot use a device plugin's GPUs. A DRA
+// replica that no DRA node holds is unplaced, even with device-plugin GPUs
+// free. Another service's room may go on either (the scheduler backs an
+// extended request with DRA devices), after the DRA services'.
 func TestHeadroomGoesWhereItsKindOfGPUs(t *testing.T) {
 	nodes := []Node{
 		{Name: "plugin", InPool: true, Schedulable: true, AllocatableGPUs: 8, HostsInference: true},
@@ -508,5 +509,18 @@ func TestHeadroomGoesWhereItsKindOfGPUs(t *testing.T) {
 	}
 	if p := plan.Nodes["dra"]; p.HarvestableGPUs != 0 || p.ReclaimGPUs != 4 {
 		t.Errorf("dra %+v; want it to owe its 4 lent GPUs", p)
+	}
+	// A larger replica of a service asking for nvidia.com/gpu fits only on
+	// the DRA node, but DRA's own room is placed first.
+	plan = MakePlan(nodes[1:], []Headroom{
+		{Service: "serving/chat", GPUsPerReplica: 8, Replicas: 1},
+		{Service: "serving/embed", GPUsPerReplica: 4, Replicas: 1, DRA: true},
+	})
+	if got := plan.HeadroomFor["dra"]; len(got) != 1 || got[0] != "serving/embed" || len(plan.Unplaced) != 1 || plan.Unplaced[0].Service != "serving/chat" {
+		t.Errorf("headroom %v, unplaced %+v; want embed's room first", plan.HeadroomFor, plan.Unplaced)
+	}
+	plan = MakePlan(nodes[1:], []Headroom{{Service: "serving/chat", GPUsPerReplica: 8, Replicas: 1}})
+	if got := plan.HeadroomFor["dra"]; len(got) != 1 {
+		t.Errorf("headroom %v: a replica asking for nvidia.com/gpu may use DRA GPUs", plan.HeadroomFor)
 	}
 }

@@ -165,14 +165,8 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 		env := env.in(t)
 		start := time.Now()
 		embed.set(vllmServing, 16, 5, 0.9)
-		// embed's next replica can only use DRA GPUs: its room is kept on
-		// dra-c, where train-dra holds the 4 not serving, though gpu-b has
-		// 8 idle device-plugin GPUs.
-		env.waitEvent(researchNS, "train-dra", reclaim.ReasonReclaimed, "must return 4 GPUs", 15*time.Second)
-		if v := env.verdict("gpu-b"); v != open(8) {
-			t.Errorf("gpu-b %+v: embed's room went to GPUs it cannot use", v)
-		}
-		// The replica its autoscaler would add, with a claim of its own.
+		// The replica its autoscaler adds, with a claim of its own: it
+		// waits, pending, for GPUs of its kind.
 		claim := gpuClaim(servingNS, "embed-1-gpus", 4)
 		if _, err := env.client.ResourceV1().ResourceClaims(servingNS).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -181,6 +175,13 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 		pod.Spec.Containers[0].Resources = v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpus"}}}
 		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim.Name)}}
 		env.create(pod)
+		// It can only use DRA GPUs: its room is kept on dra-c, where
+		// train-dra holds the 4 not serving, though gpu-b has 8 idle
+		// device-plugin GPUs.
+		env.waitEvent(researchNS, "train-dra", reclaim.ReasonReclaimed, "must return 4 GPUs", 15*time.Second)
+		if v := env.verdict("gpu-b"); v != open(8) {
+			t.Errorf("gpu-b %+v: embed's room went to GPUs it cannot use", v)
+		}
 		node := env.waitBound(servingNS, "embed-1", 30*time.Second)
 		took := time.Since(start)
 		budget := scrapeInterval + graceSeconds*time.Second + 5*time.Second
@@ -207,7 +208,7 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 			msg = list.Items[0].Message
 			return true, nil
 		})
-		if !strings.Contains(msg, "not fully published (1 of 2 slices)") {
+		if !strings.Contains(msg, "pool dra-d of driver gpu.example.com is not fully published") {
 			t.Errorf("event %q", msg)
 		}
 		// A round later it is still closed.
@@ -216,6 +217,21 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 			t.Errorf("dra-d's verdict %+v; want it closed", v)
 		}
 		t.Logf("dra-d: %s", msg)
+		// The driver publishes the rest of its pool: dra-d lends.
+		rest := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "dra-d-gpus-2"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: draDriver, Pool: resourceapi.ResourcePool{Name: "dra-d", Generation: 1, ResourceSliceCount: 2},
+				NodeName: ptr.To("dra-d"), Devices: []resourceapi.Device{{Name: "gpu-8",
+					Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("gpu")}}}}},
+		}
+		if _, err := env.client.ResourceV1().ResourceSlices().Create(ctx, rest, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "dra-d to lend", func(context.Context) (bool, error) {
+			v := env.verdict("dra-d")
+			return v.State == api.HarvestOpen && v.HarvestableGPUs > 0, nil
+		})
+		t.Logf("with its pool whole, dra-d lends: %+v", env.verdict("dra-d"))
 	})
 }
 
