@@ -192,9 +192,16 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 		}
 	}
 
-	byUID := make(map[types.UID]*v1.Pod, len(pods))
-	for _, p := range pods {
-		byUID[p.UID] = p
+	// Pods are looked up only for allocated claims: none, on most fleets.
+	var byUID map[types.UID]*v1.Pod
+	pod := func(uid types.UID) *v1.Pod {
+		if byUID == nil {
+			byUID = make(map[types.UID]*v1.Pod, len(pods))
+			for _, p := range pods {
+				byUID[p.UID] = p
+			}
+		}
+		return byUID[uid]
 	}
 	allocated := map[deviceID]bool{}
 	for _, claim := range f.Claims {
@@ -203,7 +210,7 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 			continue
 		}
 		holders := podHolders(claim)
-		fromRequest := extendedRequests(claim, holders, byUID, c.gpu)
+		fromRequest := extendedRequests(claim, holders, pod, c.gpu)
 		for _, r := range a.Devices.Results {
 			id := deviceID{r.Driver, r.Pool, r.Device}
 			d, ok := devices[id]
@@ -212,7 +219,7 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 					// Its pool is gone (a driver restarting): what it held
 					// is not known, so its holders' nodes lend nothing.
 					for _, uid := range holders {
-						if p := byUID[uid]; p != nil && p.Spec.NodeName != "" {
+						if p := pod(uid); p != nil && p.Spec.NodeName != "" {
 							problem(p.Spec.NodeName, fmt.Sprintf("claim %s/%s holds device %s of pool %s of driver %s, which is no longer published", claim.Namespace, claim.Name, r.Device, r.Pool, r.Driver))
 						}
 					}
@@ -254,11 +261,11 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 // pod's extended request of the GPU resource: the pod's own request counts
 // them. Nil for any other claim, or before the pod's status names it (then
 // its devices are counted as held: more, never less).
-func extendedRequests(claim *resourceapi.ResourceClaim, holders []types.UID, pods map[types.UID]*v1.Pod, gpu v1.ResourceName) map[string]bool {
+func extendedRequests(claim *resourceapi.ResourceClaim, holders []types.UID, pod func(types.UID) *v1.Pod, gpu v1.ResourceName) map[string]bool {
 	if claim.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" || len(holders) == 0 {
 		return nil
 	}
-	p := pods[holders[0]]
+	p := pod(holders[0])
 	if p == nil || p.Status.ExtendedResourceClaimStatus == nil || p.Status.ExtendedResourceClaimStatus.ResourceClaimName != claim.Name {
 		return nil
 	}
