@@ -81,13 +81,7 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 	t.Run("an inference pod's claim counts as serving, as its request would", func(t *testing.T) {
 		env := env.in(t)
 		embed = env.vllm("embed")
-		claim := gpuClaim(servingNS, "embed-0-gpus", 4)
-		if _, err := env.client.ResourceV1().ResourceClaims(servingNS).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		pod := inferencePod("embed-0", "embed", 0, embed, v1.DefaultSchedulerName)
-		pod.Spec.Containers[0].Resources = v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpus"}}}
-		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim.Name)}}
+		pod := env.claimedReplica("embed-0", embed)
 		pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "dra-c"}
 		env.create(pod)
 		if node := env.waitBound(servingNS, "embed-0", 30*time.Second); node != "dra-c" {
@@ -167,14 +161,7 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 		embed.set(vllmServing, 16, 5, 0.9)
 		// The replica its autoscaler adds, with a claim of its own: it
 		// waits, pending, for GPUs of its kind.
-		claim := gpuClaim(servingNS, "embed-1-gpus", 4)
-		if _, err := env.client.ResourceV1().ResourceClaims(servingNS).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		pod := inferencePod("embed-1", "embed", 0, embed, v1.DefaultSchedulerName)
-		pod.Spec.Containers[0].Resources = v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpus"}}}
-		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim.Name)}}
-		env.create(pod)
+		env.create(env.claimedReplica("embed-1", embed))
 		// It can only use DRA GPUs: its room is kept on dra-c, where
 		// train-dra holds the 4 not serving, though gpu-b has 8 idle
 		// device-plugin GPUs.
@@ -182,16 +169,7 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 		if v := env.verdict("gpu-b"); v != open(8) {
 			t.Errorf("gpu-b %+v: embed's room went to GPUs it cannot use", v)
 		}
-		node := env.waitBound(servingNS, "embed-1", 30*time.Second)
-		took := time.Since(start)
-		budget := scrapeInterval + graceSeconds*time.Second + 5*time.Second
-		t.Logf("embed-1 bound to %s %v after waiting requests rose (budget %v)", node, took.Round(time.Millisecond), budget)
-		if node != "dra-c" {
-			t.Fatalf("embed-1 bound to %s", node)
-		}
-		if took > budget {
-			t.Errorf("inference waited %v for lent DRA GPUs; budget %v", took, budget)
-		}
+		env.waitBoundWithinBudget(servingNS, "embed-1", "dra-c", start)
 		embed.set(vllmServing, 4, 0, 0.3)
 	})
 
@@ -233,6 +211,20 @@ func TestDRAGPUsInOnePool(t *testing.T) {
 		})
 		t.Logf("with its pool whole, dra-d lends: %+v", env.verdict("dra-d"))
 	})
+}
+
+// claimedReplica creates a claim for 4 GPUs of the test driver's class, and
+// returns a replica of service embed that takes its GPUs through it.
+func (e *harvestEnv) claimedReplica(name string, srv *vllmServer) *v1.Pod {
+	e.t.Helper()
+	claim := gpuClaim(servingNS, name+"-gpus", 4)
+	if _, err := e.client.ResourceV1().ResourceClaims(servingNS).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	pod := inferencePod(name, "embed", 0, srv, v1.DefaultSchedulerName)
+	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpus"}}}
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim.Name)}}
+	return pod
 }
 
 // gpuClaim asks for n GPUs of the test driver's class.

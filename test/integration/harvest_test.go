@@ -342,6 +342,23 @@ func (e *harvestEnv) assertStaysPending(ns, name string, period time.Duration) {
 	}
 }
 
+// waitBoundWithinBudget waits for an inference replica to be bound to node,
+// and fails the test if that took longer than the reclaim budget from start
+// (when its load rose): scrape interval + grace period + 5 s.
+func (e *harvestEnv) waitBoundWithinBudget(ns, name, node string, start time.Time) {
+	e.t.Helper()
+	got := e.waitBound(ns, name, 30*time.Second)
+	took := time.Since(start)
+	budget := scrapeInterval + graceSeconds*time.Second + 5*time.Second
+	e.t.Logf("%s bound to %s %v after waiting requests rose (budget %v)", name, got, took.Round(time.Millisecond), budget)
+	if got != node {
+		e.t.Fatalf("%s bound to %s; want %s", name, got, node)
+	}
+	if took > budget {
+		e.t.Fatalf("inference waited %v for lent GPUs; budget is scrape interval + grace period + 5s = %v", took, budget)
+	}
+}
+
 func itoa(n int64) string { return resource.NewQuantity(n, resource.DecimalSI).String() }
 
 func open(n int64) harvest.Verdict {
@@ -440,16 +457,7 @@ func TestHarvestLendsIdleGPUsAndGivesThemBack(t *testing.T) {
 		chat1Pod := inferencePod("chat-1", "chat", 4, chat1, v1.DefaultSchedulerName)
 		chat1Pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
 		env.create(chat1Pod)
-		node := env.waitBound(servingNS, "chat-1", 30*time.Second)
-		took := time.Since(start)
-		budget := scrapeInterval + graceSeconds*time.Second + 5*time.Second
-		t.Logf("chat-1 bound to %s %v after waiting requests rose (budget %v)", node, took.Round(time.Millisecond), budget)
-		if node != "gpu-a" {
-			t.Fatalf("chat-1 bound to %s; want gpu-a", node)
-		}
-		if took > budget {
-			t.Fatalf("inference waited %v for lent GPUs; budget is scrape interval + grace period + 5s = %v", took, budget)
-		}
+		env.waitBoundWithinBudget(servingNS, "chat-1", "gpu-a", start)
 		chat0.set(vllmServing, 4, 0, 0.3)
 	})
 
