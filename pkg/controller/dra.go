@@ -22,8 +22,9 @@ const ReasonGPUsNotCounted = "GPUsNotCounted"
 
 // draGPUs reads the GPUs Dynamic Resource Allocation publishes
 // (resource.k8s.io/v1), when the API server serves it. The round counts a
-// node's GPUs as its extended resource plus its DRA GPUs, and a pod's as its
-// extended request plus the GPUs its claims hold (pkg/dra).
+// node's GPUs as its extended resource plus its DRA GPUs, and those its
+// claims hold as serving (pkg/dra); a replica's size includes what its
+// claims hold.
 type draGPUs struct {
 	classes resourcelisters.DeviceClassLister
 	slices  resourcelisters.ResourceSliceLister
@@ -42,13 +43,7 @@ type draGPUs struct {
 func (c *Controller) startDRA(ctx context.Context) ([]cache.InformerSynced, func()) {
 	logger := klog.FromContext(ctx)
 	gv := resourceapi.SchemeGroupVersion.String()
-	resources, err := c.client.Discovery().ServerResourcesForGroupVersion(gv)
-	served := map[string]bool{}
-	if err == nil {
-		for _, r := range resources.APIResources {
-			served[r.Name] = true
-		}
-	}
+	served, err := c.servedResources(gv)
 	if !served["resourceslices"] || !served["resourceclaims"] || !served["deviceclasses"] {
 		if err != nil && !apierrors.IsNotFound(err) {
 			// Fail closed: a DRA GPU not read is a GPU lent while held.
@@ -79,7 +74,7 @@ func (c *Controller) startDRA(ctx context.Context) ([]cache.InformerSynced, func
 }
 
 // count counts the DRA GPUs (an empty count when DRA is not served). A
-// lister that fails counts nothing and closes every node DRA published.
+// lister that fails fails the round: nothing is planned on a partial count.
 func (d *draGPUs) count(ctx context.Context, pods []*v1.Pod) (dra.Count, error) {
 	if d == nil {
 		return dra.Count{}, nil
@@ -103,7 +98,7 @@ func (d *draGPUs) count(ctx context.Context, pods []*v1.Pod) (dra.Count, error) 
 	return d.counter.Count(ctx, f, pods), nil
 }
 
-// report says, once per change, why a node's (or the fleet's) DRA GPUs are
+// reportDRA says, once per change, why a node's (or the fleet's) DRA GPUs are
 // not counted: in the log, and as an Event on the node.
 func (c *Controller) reportDRA(ctx context.Context, count dra.Count, nodes map[string]*v1.Node) {
 	if c.dra == nil {

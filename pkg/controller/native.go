@@ -19,14 +19,8 @@ import (
 func (c *Controller) startNativeGroups(ctx context.Context) (stop func()) {
 	logger := klog.FromContext(ctx)
 	gv := schedulingv1beta1.SchemeGroupVersion.String()
-	resources, err := c.client.Discovery().ServerResourcesForGroupVersion(gv)
-	served := false
-	if err == nil {
-		for _, r := range resources.APIResources {
-			served = served || r.Name == "podgroups"
-		}
-	}
-	if !served {
+	served, err := c.servedResources(gv)
+	if !served["podgroups"] {
 		if err != nil && !apierrors.IsNotFound(err) {
 			logger.Info("Could not ask the API server whether it serves native PodGroups; members of native PodGroups are reclaimed as lone pods", "groupVersion", gv, "err", err)
 		} else {
@@ -39,4 +33,18 @@ func (c *Controller) startNativeGroups(ctx context.Context) (stop func()) {
 	factory.Start(ctx.Done())
 	logger.V(2).Info("Reading native PodGroups for gangs' minCount", "groupVersion", gv)
 	return factory.Shutdown
+}
+
+// servedResources says which resources of the group version the API server
+// serves (none, with the error, when discovery fails; none, with a NotFound
+// error, when it does not serve the group version).
+func (c *Controller) servedResources(gv string) (map[string]bool, error) {
+	resources, err := c.client.Discovery().ServerResourcesForGroupVersion(gv)
+	served := map[string]bool{}
+	if err == nil {
+		for _, r := range resources.APIResources {
+			served[r.Name] = true
+		}
+	}
+	return served, err
 }

@@ -185,12 +185,6 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 			delete(c.slices, uid)
 		}
 	}
-	tainted := map[deviceID]bool{}
-	for id, d := range devices {
-		if d.tainted || taintedByRule(f.TaintRules, id) {
-			tainted[id] = true
-		}
-	}
 
 	// Pods are looked up only for allocated claims: none, on most fleets.
 	var byUID map[types.UID]*v1.Pod
@@ -247,11 +241,12 @@ func (c *Counter) Count(ctx context.Context, f Facts, pods []*v1.Pod) Count {
 			}
 		}
 	}
-	for id := range tainted {
-		if !allocated[id] {
-			n := out.Nodes[devices[id].node]
+	// A GPU no claim holds is held still when a taint keeps it from pods.
+	for id, d := range devices {
+		if !allocated[id] && (d.tainted || taintedByRule(f.TaintRules, id)) {
+			n := out.Nodes[d.node]
 			n.Held++
-			out.Nodes[devices[id].node] = n
+			out.Nodes[d.node] = n
 		}
 	}
 	return out
