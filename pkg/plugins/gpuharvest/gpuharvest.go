@@ -61,6 +61,15 @@ type GPUHarvest struct {
 	nodes     nodeCache
 }
 
+var (
+	_ fwk.PreFilterPlugin   = &GPUHarvest{}
+	_ fwk.FilterPlugin      = &GPUHarvest{}
+	_ fwk.PreScorePlugin    = &GPUHarvest{}
+	_ fwk.ScorePlugin       = &GPUHarvest{}
+	_ fwk.EnqueueExtensions = &GPUHarvest{}
+	_ fwk.SignPlugin        = &GPUHarvest{}
+)
+
 // nodeCache keeps, for each node, what Filter and Score read of it: the
 // parsed verdict beside the Node object it was read from, and the GPUs lent
 // there beside the NodeInfo generation they were counted in, because both
@@ -255,22 +264,12 @@ func newRejectionCounters() rejectionCounters {
 	}
 }
 
-var (
-	_ fwk.PreFilterPlugin   = &GPUHarvest{}
-	_ fwk.FilterPlugin      = &GPUHarvest{}
-	_ fwk.PreScorePlugin    = &GPUHarvest{}
-	_ fwk.ScorePlugin       = &GPUHarvest{}
-	_ fwk.EnqueueExtensions = &GPUHarvest{}
-	_ fwk.SignPlugin        = &GPUHarvest{}
-)
-
 // New builds the plugin from its args.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	var args Args
-	if err := pluginargs.Decode(Name, obj, &args); err != nil {
+	args, err := pluginargs.Load[Args](Name, obj)
+	if err != nil {
 		return nil, err
 	}
-	pluginmetrics.Register()
 	pl := &GPUHarvest{
 		handle:    h,
 		args:      args,
@@ -279,7 +278,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		clock:     clock.RealClock{},
 		rejected:  newRejectionCounters(),
 	}
-	var err error
 	var timeout time.Duration
 	if args.HeartbeatTimeoutSeconds != nil {
 		timeout = time.Duration(*args.HeartbeatTimeoutSeconds) * time.Second

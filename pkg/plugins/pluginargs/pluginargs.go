@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/plugins/pluginmetrics"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
@@ -85,6 +86,20 @@ func Decode(plugin string, obj runtime.Object, into Args) error {
 		return errs.ToAggregate()
 	}
 	return nil
+}
+
+// Load is the first step of every Gleaner plugin's New: the plugin's args,
+// decoded as Decode does, and the plugins' metrics registered.
+func Load[T any, P interface {
+	*T
+	Args
+}](plugin string, obj runtime.Object) (T, error) {
+	var args T
+	if err := Decode(plugin, obj, P(&args)); err != nil {
+		return args, err
+	}
+	pluginmetrics.Register()
+	return args, nil
 }
 
 // gleanerPlugins are the plugins whose args carry BestEffort.

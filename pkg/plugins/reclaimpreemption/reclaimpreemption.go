@@ -160,11 +160,10 @@ var (
 
 // New builds the plugin.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	var args Args
-	if err := pluginargs.Decode(Name, obj, &args); err != nil {
+	args, err := pluginargs.Load[Args](Name, obj)
+	if err != nil {
 		return nil, err
 	}
-	pluginmetrics.Register()
 	client, err := gang.PodGroupClient(h)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
