@@ -45,8 +45,15 @@ func (c Config) noticeStep() time.Duration {
 }
 
 // noticeFarStep is how finely they are found beyond the horizon, out to the
-// notice horizon: a time half an hour away needs no minute's precision.
-const noticeFarStep = 5 * time.Minute
+// notice horizon: a time half an hour away needs no minute's precision. It
+// is a tenth of the notice span, at most 5 minutes (the defaults' span is 55
+// minutes): a cluster that plans in seconds (a compressed day, a small lab)
+// finds far times in seconds too, rather than placing every one at the
+// notice horizon's end, where its pod would save for a time long after its
+// eviction.
+func (c Config) noticeFarStep() time.Duration {
+	return max(c.noticeStep(), min(5*time.Minute, (c.noticeHorizon()-c.ReclaimLead)/10))
+}
 
 // noticeStepAt is the step an expected eviction time d after now is found
 // to, and by which it must move before a given notice's time changes.
@@ -54,7 +61,7 @@ func (c Config) noticeStepAt(d time.Duration) time.Duration {
 	if d <= c.nearNotice() {
 		return c.noticeStep()
 	}
-	return max(c.noticeStep(), noticeFarStep)
+	return c.noticeFarStep()
 }
 
 // NoticeMoved reports whether a notice's time moved from was to at, as
@@ -255,13 +262,17 @@ func owedToLoadNow(v *view) map[string]int64 {
 }
 
 // markPrepared marks the candidates that checkpointed after this planner
-// noticed them: victims are chosen among them first.
-func (p *Planner) markPrepared(candidates []reclaim.Candidate) {
+// noticed them: victims are chosen among them first. Those whose noticed
+// time has come at now, and whose checkpoint was saved for it (within a
+// notice step before it, as a pod timing its save to complete by then
+// does), are Saved too.
+func (p *Planner) markPrepared(candidates []reclaim.Candidate, now time.Time) {
 	for i := range candidates {
 		c := &candidates[i]
 		if g, ok := p.given[c.Pod.UID]; ok {
 			if t, ok := api.LastCheckpoint(c.Pod); ok && !t.Before(g.Since) {
 				c.Prepared = true
+				c.Saved = !now.Before(g.At) && !t.Before(g.At.Add(-p.cfg.noticeStep()))
 			}
 		}
 	}
