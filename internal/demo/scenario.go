@@ -95,12 +95,20 @@ type job struct {
 	podNames []string
 	running  time.Time // real time all pods ran
 	ckpt     time.Time // real time of the last checkpoint (or start)
+	// The checkpoint before it, and the work done then: a tick that had
+	// not yet seen the job's eviction may have saved after it.
+	prevCkpt time.Time
+	prevDone time.Duration
 	retries  int
 	// The reclaim notice on its pods (real time; zero: none), since when,
 	// and whether the job checkpointed for it.
 	notice, noticeSince time.Time
 	noticeSaved         bool
 }
+
+// jobTick is how often the demo's jobs act: check their notices, save
+// checkpoints, finish.
+const jobTick = 500 * time.Millisecond
 
 func (j *job) gpus() int64 { return int64(j.pods) * j.podGPUs }
 
@@ -195,7 +203,7 @@ func (s *scenario) run(ctx context.Context) (*report, error) {
 	}
 	s.rep = report{t: s.t, nodes: s.cfg.Nodes, gpus: int64(s.cfg.Nodes) * s.cfg.GPUsPerNode}
 	s.out.header()
-	tick := time.NewTicker(500 * time.Millisecond)
+	tick := time.NewTicker(jobTick)
 	defer tick.Stop()
 	lastHour := -1
 	end := s.start.Add(s.t.day)
@@ -492,7 +500,11 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			if evicted {
 				// Work since the last checkpoint is lost; the rest of a gang goes too.
 				if j.state == jobRunning {
-					lost := s.t.demo(now.Sub(j.ckpt)).Hours() * float64(j.gpus())
+					at := s.evictedAt(pods, now)
+					if at.Before(j.ckpt) {
+						j.ckpt, j.done = j.prevCkpt, j.prevDone // saved after its SIGTERM: not saved
+					}
+					lost := s.t.demo(at.Sub(j.ckpt)).Hours() * float64(j.gpus())
 					s.rep.lostWork += lost
 					if !j.noticeSince.IsZero() {
 						s.rep.noticedEvictions++
@@ -517,6 +529,7 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			}
 			s.followNotice(j, pods, now)
 			if forNotice := s.dueForNotice(j, now); forNotice || now.Sub(j.ckpt) >= s.t.checkpoint {
+				j.prevCkpt, j.prevDone = j.ckpt, j.done
 				j.done += s.t.demo(now.Sub(j.ckpt))
 				j.ckpt = now
 				s.annotateCheckpoint(ctx, j, now)
@@ -554,6 +567,21 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// evictedAt is when the first of a job's evicted pods was seen asked to
+// stop (its SIGTERM, to the informer's delay): the work since its last
+// checkpoint is lost from then, not from the tick that noticed it.
+func (s *scenario) evictedAt(pods []*v1.Pod, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at := now
+	for _, p := range pods {
+		if t, ok := s.evicting[p.UID]; ok && !t.IsZero() && t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
 // followNotice reads the reclaim notice on a running job's pods, as its
 // steps would read their own annotations through the downward API.
 func (s *scenario) followNotice(j *job, pods []*v1.Pod, now time.Time) {
@@ -578,7 +606,8 @@ func (s *scenario) followNotice(j *job, pods []*v1.Pod, now time.Time) {
 // as the checkpoint contract asks: timed to complete by the noticed time
 // (its saves take a demo minute here, the annotation is to the second).
 func (s *scenario) dueForNotice(j *job, now time.Time) bool {
-	if j.noticeSince.IsZero() || j.noticeSaved || now.Before(j.notice.Add(-time.Second-s.t.real(time.Minute, 0))) {
+	// The last tick from which the save completes in time: the next would be too late.
+	if j.noticeSince.IsZero() || j.noticeSaved || now.Add(jobTick+s.t.real(time.Minute, 0)).Before(j.notice) {
 		return false
 	}
 	j.noticeSaved = true
