@@ -128,7 +128,7 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			}
 		}
 		for _, m := range plan[o.Node] {
-			err := c.evictor.Evict(ctx, m.Pod, o.Why)
+			err := c.evictor.Evict(ctx, m, o.Why)
 			mu.Lock()
 			if err != nil {
 				refused = append(refused, m.Pod)
@@ -167,7 +167,7 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 		}
 	}
 	_, _, errs := reclaim.Take(again, rest, func(m reclaim.Candidate, o reclaim.Owed) error {
-		err := c.evictor.Evict(ctx, m.Pod, o.Why)
+		err := c.evictor.Evict(ctx, m, o.Why)
 		countEviction(err)
 		if err == nil {
 			logEviction(ctx, m, o)

@@ -39,6 +39,13 @@ type Candidate struct {
 	// evicting it now loses (almost) nothing it was warned about. Victims are
 	// chosen among prepared pods first.
 	Prepared bool
+	// Saved: the pod saved for its notice (checkpointed at or after it was
+	// given, within a notice step of the noticed time) and that time has
+	// come. It has nothing left to save for this eviction, so it gets
+	// SavedGrace rather than its own grace period: its GPUs come back
+	// seconds after the eviction, when the replica the notice made room for
+	// is waiting.
+	Saved bool
 	// Quorum is, for a gang member, the members its gang needs to keep
 	// running (its PodGroup's minMember or native minCount, read by
 	// evict.GangQuorum): a gang with more
@@ -68,6 +75,20 @@ func Grace(pod *v1.Pod) time.Duration {
 // CappedGrace is the grace period a reclaim gives pod: its own, at most maxGrace.
 func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 	return min(Grace(pod), maxGrace)
+}
+
+// SavedGrace is the grace period of a pod evicted at its noticed time after
+// saving for it (Candidate.Saved): enough to exit, not to save again.
+const SavedGrace = 10 * time.Second
+
+// EvictionGrace is the grace period the reclaimer gives c: its capped grace,
+// or SavedGrace when it is shorter and c saved for its notice.
+func (c Candidate) EvictionGrace(maxGrace time.Duration) time.Duration {
+	g := CappedGrace(c.Pod, maxGrace)
+	if c.Saved {
+		g = min(g, SavedGrace)
+	}
+	return g
 }
 
 // AskedToStop is when the API server says a terminating pod was asked to

@@ -261,7 +261,7 @@ func (p *Planner) reclaim(obs Observation, v *view, d *Decision, warn harvest.Pl
 	}
 	if owing != nil && obs.BestEffort != nil {
 		d.Candidates = obs.BestEffort(owing)
-		p.markPrepared(d.Candidates)
+		p.markPrepared(d.Candidates, obs.Now)
 		d.Victims = victims(d.Reclaims, d.Candidates)
 		var held []Notice
 		if !obs.Drain { // a drain takes noticed pods too, now

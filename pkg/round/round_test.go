@@ -476,6 +476,8 @@ func FuzzPlanBoundsForgedLoad(f *testing.F) {
 
 // A pod counts as prepared once it checkpointed at or after the planner
 // first noticed it; one not noticed, or whose checkpoint is older, does not.
+// It counts as saved once its noticed time has come, if that checkpoint was
+// saved for it: within a notice step (a minute) before it.
 func TestMarkPrepared(t *testing.T) {
 	p := New(Config{})
 	since := t0.Add(-time.Minute)
@@ -493,10 +495,34 @@ func TestMarkPrepared(t *testing.T) {
 	for _, name := range []string{"after", "before", "never"} {
 		p.given[types.UID(name)] = Given{At: t0.Add(time.Minute), Since: since}
 	}
-	p.markPrepared(cs)
+	p.markPrepared(cs, t0)
 	for _, c := range cs {
 		if want := c.Pod.Name == "after"; c.Prepared != want {
 			t.Errorf("%s prepared = %v, want %v", c.Pod.Name, c.Prepared, want)
+		}
+		if c.Saved {
+			t.Errorf("%s saved before its noticed time", c.Pod.Name)
+		}
+	}
+
+	at := t0.Add(time.Minute)
+	for _, tt := range []struct {
+		name       string
+		checkpoint time.Time
+		now        time.Time
+		want       bool
+	}{
+		{"saved for the noticed time, evicted then", at.Add(-20 * time.Second), at, true},
+		{"evicted a round after it", at.Add(-20 * time.Second), at.Add(30 * time.Second), true},
+		{"evicted before it: the load came sooner", at.Add(-20 * time.Second), at.Add(-time.Second), false},
+		{"checkpointed after the notice, but long before its time", since.Add(10 * time.Second), at, false},
+	} {
+		c := checkpointed(job("j", "n1", 2, time.Hour), tt.checkpoint)
+		p.given = map[types.UID]Given{"j": {At: at, Since: since}}
+		cs := []reclaim.Candidate{c}
+		p.markPrepared(cs, tt.now)
+		if !cs[0].Prepared || cs[0].Saved != tt.want {
+			t.Errorf("%s: prepared %v saved %v, want prepared and saved %v", tt.name, cs[0].Prepared, cs[0].Saved, tt.want)
 		}
 	}
 }

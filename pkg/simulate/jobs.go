@@ -44,6 +44,7 @@ type simJob struct {
 	// evicted: terminating; freeAt is when its GPUs come back.
 	evicted bool
 	freeAt  time.Duration
+	grace   time.Duration // of its eviction
 	// pod is the current run's pod as last built, for the checkpoint and
 	// eviction it shows.
 	pod        *v1.Pod
@@ -117,24 +118,30 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 	return out
 }
 
-// evict starts job j's grace period: it loses the progress since its last
-// completed checkpoint. A notice checkpoint in flight goes on through the
-// grace period and counts if it completes within it; one not yet started is
-// not started (the job is told to stop before it began).
-func (s *sim) evict(j *simJob, t time.Duration) {
+// evict starts job j's grace period, as the reclaimer gives it to c:
+// reclaim.SavedGrace when the job saved for its notice, else GracePeriod. It
+// loses the progress since its last completed checkpoint. A notice
+// checkpoint in flight goes on through the grace period and counts if it
+// completes within it; one not yet started is not started (the job is told
+// to stop before it began).
+func (s *sim) evict(j *simJob, c reclaim.Candidate, t time.Duration) {
+	j.grace = s.cfg.GracePeriod
+	if c.Saved {
+		j.grace = min(j.grace, reclaim.SavedGrace)
+	}
 	if j.saving && j.ckptFrom > t {
 		j.saving = false // due to start later: never started
 	}
 	if j.saving {
 		// The job goes on saving through its grace period.
-		s.checkpointed(j, t, j.ckptTo <= t+s.cfg.GracePeriod)
+		s.checkpointed(j, t, j.ckptTo <= t+j.grace)
 	}
 	if j.start > t {
 		s.restarted(j, t-j.start) // evicted while it restarted
 	}
 	lost := j.progress(t) - j.saved
 	j.done += j.saved
-	j.evicted, j.freeAt = true, t+s.cfg.GracePeriod
+	j.evicted, j.freeAt = true, t+j.grace
 	s.res.Preemptions++
 	s.res.ReclaimedGPUs += j.GPUs
 	s.nodes[j.node].reclaimed += j.GPUs
@@ -260,7 +267,7 @@ func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 	if j.evicted {
 		// As the API server marks a pod asked to stop: the end of its grace period.
 		del := metav1.NewTime(s.now(j.freeAt))
-		grace := int64(s.cfg.GracePeriod / time.Second)
+		grace := int64(j.grace / time.Second)
 		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &del, &grace
 	}
 	j.pod = p

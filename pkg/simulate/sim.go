@@ -24,8 +24,9 @@
 //     wait while its load is already there counts as a wait inference sees.
 //  4. The round runs with the policy's settings (Config.RoundConfig); its
 //     victims are evicted (a simulated cluster has no PodDisruptionBudgets),
-//     hold their GPUs for the grace period and lose the work since their last
-//     checkpoint; its notices reach their jobs at once.
+//     hold their GPUs for the grace period (reclaim.SavedGrace for a pod
+//     evicted at its noticed time after saving for it) and lose the work
+//     since their last checkpoint; its notices reach their jobs at once.
 //  5. Queued jobs are placed in queue order where the verdict admits them and
 //     GPUs are free, on the node with the highest placement score; a job
 //     that fits nowhere is skipped. Every job is a lone pod.
@@ -542,7 +543,7 @@ func (s *sim) plan(t time.Duration) {
 		}
 	}
 	for _, v := range d.Victims {
-		s.evict(s.jobOf[v.Pod], t)
+		s.evict(s.jobOf[v.Pod], v, t)
 	}
 	s.notify(d.Notices, t)
 	if len(d.Scale) > 0 {

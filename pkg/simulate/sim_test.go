@@ -10,6 +10,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 )
 
@@ -347,7 +348,7 @@ func TestNoticeCheckpoint(t *testing.T) {
 					j.noticed = false
 				}
 				if now == tt.evictAt && !j.evicted {
-					s.evict(j, now)
+					s.evict(j, reclaim.Candidate{}, now)
 				}
 			}
 			lost := time.Duration(s.res.LostGPUHours * float64(time.Hour))
@@ -532,7 +533,7 @@ func TestRestartCost(t *testing.T) {
 	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*90*time.Second || j.start != 90*time.Second {
 		t.Fatalf("a resumed 4-GPU job: %v GPU-time restarting, progress from %v; want 6m0s from 1m30s", got, j.start)
 	}
-	s.evict(j, 60*time.Second)
+	s.evict(j, reclaim.Candidate{}, 60*time.Second)
 	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*60*time.Second || s.res.LostGPUHours != s.res.RestartGPUHours {
 		t.Fatalf("evicted 60 s into its restart: %v GPU-time restarting, %g GPU-h lost; want 4m0s, all of it restart", got, s.res.LostGPUHours)
 	}

@@ -63,16 +63,18 @@ func (e *Evictor) maxGrace() time.Duration {
 	return e.MaxGrace
 }
 
-// Evict asks the API server to evict pod with the pod's own grace period, so it
-// can checkpoint, capped at MaxGrace, and records an Event on the pod naming
-// why. A pod already gone is not an error. A pod whose evictions have been
-// refused for PDBWait is deleted instead (see Evictor).
-func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
+// Evict asks the API server to evict c's pod with the pod's own grace
+// period, so it can checkpoint, capped at MaxGrace (SavedGrace for a pod that
+// saved for its notice: Candidate.EvictionGrace), and records an Event on the
+// pod naming why. A pod already gone is not an error. A pod whose evictions
+// have been refused for PDBWait is deleted instead (see Evictor).
+func (e *Evictor) Evict(ctx context.Context, c reclaim.Candidate, why string) error {
 	// One eviction the API server sits on must not stall the round: the
 	// others, and the next round, are waiting.
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	grace := int64(reclaim.CappedGrace(pod, e.maxGrace()) / time.Second)
+	pod := c.Pod
+	grace := int64(c.EvictionGrace(e.maxGrace()) / time.Second)
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace},
@@ -80,7 +82,11 @@ func (e *Evictor) Evict(ctx context.Context, pod *v1.Pod, why string) error {
 	err := e.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, eviction)
 	switch {
 	case err == nil:
-		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds to return GPUs to inference: %s", grace, why)
+		saved := ""
+		if c.Saved && time.Duration(grace)*time.Second < reclaim.CappedGrace(pod, e.maxGrace()) {
+			saved = " (it saved for its reclaim notice)"
+		}
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds%s to return GPUs to inference: %s", grace, saved, why)
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil

@@ -57,6 +57,8 @@ type cluster struct {
 	client   *fake.Clientset
 	recorder *podRecorder
 	evictor  *Evictor
+	// saved names the pods evicted as reclaim.Candidate.Saved.
+	saved map[string]bool
 }
 
 func newCluster(t *testing.T, stored []*v1.Pod, refuse, fail []string) *cluster {
@@ -118,8 +120,9 @@ func (c *cluster) evictions(t *testing.T) []string {
 		if ev.DeleteOptions == nil || ev.DeleteOptions.GracePeriodSeconds == nil {
 			t.Errorf("eviction of %s carries no grace period: the pod's own would apply, uncapped", ev.Name)
 		} else if pod, err := c.client.CoreV1().Pods(ev.Namespace).Get(context.Background(), ev.Name, metav1.GetOptions{}); err == nil {
-			if want := int64(reclaim.CappedGrace(pod, reclaim.DefaultMaxGrace) / time.Second); *ev.DeleteOptions.GracePeriodSeconds != want {
-				t.Errorf("eviction of %s with grace %ds, want %ds", ev.Name, *ev.DeleteOptions.GracePeriodSeconds, want)
+			want := reclaim.Candidate{Pod: pod, Saved: c.saved[ev.Name]}.EvictionGrace(reclaim.DefaultMaxGrace)
+			if *ev.DeleteOptions.GracePeriodSeconds != int64(want/time.Second) {
+				t.Errorf("eviction of %s with grace %ds, want %v", ev.Name, *ev.DeleteOptions.GracePeriodSeconds, want)
 			}
 		}
 		out = append(out, ev.Namespace+"/"+ev.Name)
@@ -132,6 +135,7 @@ func TestEvict(t *testing.T) {
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
+		saved      bool
 		refuse     []string
 		fail       []string
 		wantErr    func(error) bool // nil: no error
@@ -140,6 +144,12 @@ func TestEvict(t *testing.T) {
 		{
 			name:       "evicted",
 			pod:        stored,
+			wantEvents: []string{"Warning " + reclaim.ReasonReclaimed},
+		},
+		{
+			name:       "saved for its notice: SavedGrace, and the Event says why",
+			pod:        stored,
+			saved:      true,
 			wantEvents: []string{"Warning " + reclaim.ReasonReclaimed},
 		},
 		{
@@ -163,7 +173,8 @@ func TestEvict(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCluster(t, []*v1.Pod{stored}, tt.refuse, tt.fail)
-			err := c.evictor.Evict(context.Background(), tt.pod, "inference needs node-1")
+			c.saved = map[string]bool{tt.pod.Name: tt.saved}
+			err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: tt.pod, Saved: tt.saved}, "inference needs node-1")
 			switch {
 			case tt.wantErr == nil && err != nil:
 				t.Fatalf("Evict() = %v, want nil", err)
@@ -183,6 +194,9 @@ func TestEvict(t *testing.T) {
 				}
 				if strings.HasPrefix(e, "Warning "+reclaim.ReasonReclaimed+" ") && !strings.Contains(e, "inference needs node-1") {
 					t.Errorf("event %q does not say why", e)
+				}
+				if saidSaved := strings.Contains(e, "saved for its reclaim notice"); saidSaved != tt.saved {
+					t.Errorf("event %q: says it saved for its notice = %v, want %v", e, saidSaved, tt.saved)
 				}
 			}
 		})
@@ -325,7 +339,7 @@ func TestTake(t *testing.T) {
 
 			owe := []reclaim.Owed{{Node: "node-1", GPUs: tt.gpus, Why: "node-1 must return GPUs"}}
 			evicted, stillOwed, errs := reclaim.Take(owe, tt.candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
-				return cl.evictor.Evict(context.Background(), c.Pod, o.Why)
+				return cl.evictor.Evict(context.Background(), c, o.Why)
 			})
 			var owed int64
 			for _, o := range stillOwed {
@@ -377,7 +391,7 @@ func TestEvictCapsTheGracePeriod(t *testing.T) {
 		p := pod("job", now, "")
 		p.Spec.TerminationGracePeriodSeconds = tt.grace
 		c := newCluster(t, []*v1.Pod{p}, nil, nil)
-		if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
+		if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test"); err != nil {
 			t.Fatal(err)
 		}
 		ev := c.client.Actions()[0].(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
@@ -402,7 +416,7 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 			c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
 			for i := range 3 {
 				clk.SetTime(now.Add(time.Duration(i) * 30 * time.Second))
-				if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+				if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test"); !RefusedByBudget(err) {
 					t.Fatalf("attempt %d: %v, want refused", i, err)
 				}
 			}
@@ -410,7 +424,7 @@ func TestEvictDeletesPastTheBudgetAfterTheWait(t *testing.T) {
 				t.Fatalf("events %v: the refusal is reported once", got)
 			}
 			clk.SetTime(now.Add(2 * time.Minute))
-			if err := c.evictor.Evict(context.Background(), p, "inference needs node-1"); err != nil {
+			if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "inference needs node-1"); err != nil {
 				t.Fatal(err)
 			}
 			var deleted *int64
@@ -439,11 +453,11 @@ func TestEvictBoundsTheWaitAcrossBreaks(t *testing.T) {
 	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
 	clk := clocktesting.NewFakePassiveClock(now)
 	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
-	if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+	if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test"); !RefusedByBudget(err) {
 		t.Fatalf("%v, want refused", err)
 	}
 	clk.SetTime(now.Add(10 * time.Minute))
-	if err := c.evictor.Evict(context.Background(), p, "test"); err != nil {
+	if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test"); err != nil {
 		t.Fatalf("10 minutes after the first refusal: %v, want the pod deleted", err)
 	}
 	if got := c.recorder.on; !reflect.DeepEqual(got, []string{"ml/shielded " + reclaim.ReasonReclaimBlocked, "ml/shielded " + reclaim.ReasonReclaimForced}) {
@@ -463,7 +477,7 @@ func TestEvictKeepsTheWaitAcrossRestarts(t *testing.T) {
 	c := newCluster(t, []*v1.Pod{p}, []string{"shielded"}, nil)
 	clk := clocktesting.NewFakePassiveClock(now)
 	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
-	if err := c.evictor.Evict(context.Background(), p, "test"); !RefusedByBudget(err) {
+	if err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test"); !RefusedByBudget(err) {
 		t.Fatalf("%v, want refused", err)
 	}
 	stored, err := c.client.CoreV1().Pods("ml").Get(context.Background(), "shielded", metav1.GetOptions{})
@@ -477,7 +491,7 @@ func TestEvictKeepsTheWaitAcrossRestarts(t *testing.T) {
 		return &Evictor{Client: c.client, Recorder: c.recorder, Clock: clk, PDBWait: 2 * time.Minute}
 	}
 	clk.SetTime(now.Add(2 * time.Minute))
-	if err := restarted().Evict(context.Background(), stored, "test"); err != nil {
+	if err := restarted().Evict(context.Background(), reclaim.Candidate{Pod: stored}, "test"); err != nil {
 		t.Fatalf("a restarted controller, 2 minutes after the first refusal: %v, want the pod deleted", err)
 	}
 	for name, cond := range map[string]v1.PodCondition{
@@ -503,7 +517,7 @@ func TestEvictThrottlingIsNoRefusal(t *testing.T) {
 	c.evictor.Clock, c.evictor.PDBWait = clk, 2*time.Minute
 	for _, at := range []time.Duration{0, 3 * time.Minute} {
 		clk.SetTime(now.Add(at))
-		err := c.evictor.Evict(context.Background(), p, "test")
+		err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: p}, "test")
 		if err == nil || RefusedByBudget(err) {
 			t.Fatalf("at %v: %v, want an error that is no budget's refusal", at, err)
 		}
@@ -541,7 +555,7 @@ func TestTakeEvictsGangsWholeAndSkipsBlocked(t *testing.T) {
 	}
 	c := newCluster(t, pods, []string{"blocked"}, nil)
 	evicted, stillOwed, errs := reclaim.Take([]reclaim.Owed{{Node: "n1", GPUs: 2, Why: "test"}}, cands, func(m reclaim.Candidate, o reclaim.Owed) error {
-		return c.evictor.Evict(context.Background(), m.Pod, o.Why)
+		return c.evictor.Evict(context.Background(), m, o.Why)
 	})
 	owed := int64(len(stillOwed))
 	if got, want := c.evictions(t), []string{"ml/blocked", "ml/g-0", "ml/g-1"}; !reflect.DeepEqual(got, want) {
