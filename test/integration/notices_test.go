@@ -22,6 +22,7 @@ import (
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
 	"github.com/gleaner-dev/gleaner/pkg/controller"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
 // TestReclaimNotices: a service whose learned profile peaks in an hour the
@@ -196,7 +197,9 @@ func TestForecastScaleUpGivesNoticeFirst(t *testing.T) {
 	}
 	env.waitVerdict("gpu-a", open(4), 60*time.Second)
 	job := bestEffortPod("job", 4)
-	grace := int64(5)
+	// Longer than reclaim.SavedGrace: the step, having saved for its notice,
+	// is evicted with that instead.
+	grace := int64(30)
 	job.Spec.TerminationGracePeriodSeconds = &grace
 	job.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
 	env.create(job)
@@ -223,6 +226,7 @@ func TestForecastScaleUpGivesNoticeFirst(t *testing.T) {
 	}
 	step.checkpointsFor(given, at)
 	evicted, stopped := step.evicted(90 * time.Second)
+	env.waitEvent(researchNS, "job", reclaim.ReasonReclaimed, fmt.Sprintf("grace period of %ds (it saved for its reclaim notice)", int(reclaim.SavedGrace/time.Second)), 10*time.Second)
 	// The notice's time as last moved before the eviction.
 	final := *step.notice.Load()
 	if evicted.Before(final.Add(-time.Second)) {
