@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -274,6 +274,10 @@ type Controller struct {
 	// controller's clock; observed: when a round last looked at the pods.
 	terminations reclaim.Terminations
 	observed     time.Time
+	// gpusOf is each pod's GPUs as the last round counted them, by the
+	// informer's object: a cached object is replaced, never changed, so
+	// the same object has the same requests.
+	gpusOf map[*v1.Pod]int64
 	// noticed: the pods this controller gave a reclaim notice that stands;
 	// foreign: the pods whose notice, not one it gave, it withdrew once.
 	noticed, foreign map[types.UID]bool
@@ -496,6 +500,9 @@ type observed struct {
 	// gpus[i] is pods[i]'s GPUs, counted once a round: reading every pod's
 	// requests is most of what a round costs at fleet scale.
 	gpus []int64
+	// node[i] is the index in Nodes of the node pods[i] is on (-1: none
+	// observed), looked up once a round rather than by name at each use.
+	node []int
 	// problems are each service's annotation problems.
 	problems map[string][]string
 	// stop is the admin's kill switch (api.ReadStop).
@@ -517,18 +524,27 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	if err != nil {
 		return observed{}, fmt.Errorf("listing pods: %w", err)
 	}
-	sort.Slice(nodeList, func(i, j int) bool { return nodeList[i].Name < nodeList[j].Name })
+	slices.SortFunc(nodeList, func(a, b *v1.Node) int { return strings.Compare(a.Name, b.Name) })
 	// Terminations count on this controller's clock: between the round that
 	// first saw them and the one before (the first round of all takes the
-	// API server's word, unless later than now).
-	present := make(map[types.UID]bool, len(podList))
+	// API server's word, unless later than now). Only terminating pods are
+	// tracked, so only they are kept.
+	terminating := map[types.UID]bool{}
 	podGPUs := make([]int64, len(podList))
+	gpusOf := make(map[*v1.Pod]int64, len(podList))
 	for i, p := range podList {
-		c.terminations.Saw(p, c.observed, now)
-		present[p.UID] = true
-		podGPUs[i] = api.PodGPUs(p, c.cfg.GPUResource)
+		if p.DeletionTimestamp != nil {
+			c.terminations.Saw(p, c.observed, now)
+			terminating[p.UID] = true
+		}
+		g, ok := c.gpusOf[p]
+		if !ok {
+			g = api.PodGPUs(p, c.cfg.GPUResource)
+		}
+		podGPUs[i], gpusOf[p] = g, g
 	}
-	c.terminations.Forget(func(uid types.UID) bool { return present[uid] })
+	c.gpusOf = gpusOf
+	c.terminations.Forget(func(uid types.UID) bool { return terminating[uid] })
 	c.observed = now
 	// GPUs DRA publishes are counted by device: what claims hold (other
 	// than for extended requests, which podGPUs counts) is held on its node.
@@ -540,6 +556,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	optedIn := c.inferenceNamespaces()
 
 	index := make(map[string]int, len(nodeList))
+	obs.Nodes = make([]harvest.Node, 0, len(nodeList))
 	var largestNodeGPUs int64
 	var draNodes map[string]*v1.Node
 	for i, n := range nodeList {
@@ -572,11 +589,18 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		obs.Nodes = append(obs.Nodes, hn)
 	}
 	var bestEffort []*v1.Pod
+	podNode := make([]int, len(podList))
 	for pi, p := range podList {
-		if r := reservedAt(p, threshold); r != nil {
-			p = r // a gang member waiting at Permit holds its GPUs there
-		}
+		podNode[pi] = -1
 		i, ok := index[p.Spec.NodeName]
+		if ok {
+			podNode[pi] = i
+		} else if r := reservedAt(p, threshold); r != nil {
+			// A gang member waiting at Permit holds its GPUs there: counted
+			// there, though not bound there.
+			p = r
+			i, ok = index[p.Spec.NodeName]
+		}
 		if !ok || !api.HoldsResources(p) {
 			continue
 		}
@@ -604,11 +628,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		}
 	}
 	c.reportDRA(ctx, draCount, draNodes)
-	live := make(map[types.UID]bool, len(bestEffort))
-	for _, p := range bestEffort {
-		live[p.UID] = true
-	}
-	c.evictor.Prune(live)
+	c.evictor.Prune(bestEffort)
 	obs.BestEffort = func(map[string]bool) []reclaim.Candidate {
 		out := make([]reclaim.Candidate, 0, len(bestEffort))
 		for _, p := range bestEffort {
@@ -630,7 +650,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 		}
 	}
 	obs.Services, services, problems = c.observeServices(ctx, now, largestNodeGPUs, claimed)
-	return observed{Observation: obs, nodes: nodeList, pods: podList, gpus: podGPUs, problems: problems, services: services}, nil
+	return observed{Observation: obs, nodes: nodeList, pods: podList, gpus: podGPUs, node: podNode, problems: problems, services: services}, nil
 }
 
 // reservedAt is a best-effort pod that gleaner-scheduler holds at Permit (a
@@ -720,10 +740,8 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 // scheduled: in the pool's histogram and, for the services of namespaces
 // opted in as inference, in their own metrics and their namespace's report.
 func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
-	nodes := make(map[string]*harvest.Node, len(o.Nodes))
-	for i := range o.Nodes {
-		nodes[o.Nodes[i].Name] = &o.Nodes[i]
-	}
+	// onPool is whether pods[i] is bound to a pool node.
+	onPool := func(i int) bool { return o.node[i] >= 0 && o.Nodes[o.node[i]].InPool }
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than two periods (e.g. a new leader) is not counted: the
 	// pods may have changed in between.
@@ -732,7 +750,6 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 		elapsed = now.Sub(c.lastSync)
 	}
 	c.lastSync = now
-	onPool := func(name string) bool { n, ok := nodes[name]; return ok && n.InPool }
 	for ns, s := range c.ledger.Observe(now, o.pods, o.gpus, onPool, elapsed) {
 		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
 	}
@@ -743,9 +760,8 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 	// On the first round every bound pod is history: a restart must not count its wait again.
 	first := c.seenBound == nil
 	present := make(map[types.UID]bool, len(c.seenBound))
-	for _, p := range o.pods {
-		n, ok := nodes[p.Spec.NodeName]
-		if !ok || !n.InPool || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
+	for i, p := range o.pods {
+		if !onPool(i) || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
 			continue
 		}
 		scheduled := scheduledAt(p)

@@ -159,12 +159,13 @@ func (l *Ledger) ns(name string) *namespace {
 }
 
 // Observe records one round: pods are every pod the controller sees, onPool
-// says which nodes are the pool's, and elapsed is the time since the last
+// says which of them are on the pool's nodes (by index in pods, asked only of
+// bound pods), and elapsed is the time since the last
 // round to count (0: none, e.g. the first round). gpus[i] is pods[i]'s GPUs
 // as api.PodGPUs counts them, where the caller has counted them already this
 // round (nil: counted here). It returns the GPU-seconds harvested since the
 // last round, per namespace.
-func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool func(node string) bool, elapsed time.Duration) map[string]float64 {
+func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool func(i int) bool, elapsed time.Duration) map[string]float64 {
 	harvested := map[string]float64{}
 	byJob := map[*job][]podGPUs{}
 	// Jobs the ledger does not hold yet are gathered first and made only if
@@ -181,7 +182,7 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 		}
 	}
 	for i, p := range pods {
-		pooled := p.Spec.NodeName != "" && onPool(p.Spec.NodeName)
+		pooled := p.Spec.NodeName != "" && onPool(i)
 		if !l.Tracked(p, pooled) {
 			continue
 		}

@@ -20,7 +20,7 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 // The states and timeline of one job through its life.
 func TestLedgerFollowsAJob(t *testing.T) {
 	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
-	onPool := func(n string) bool { return n != "" }
+	onPool := func(int) bool { return true }
 	pod := testobj.BestEffort("research", "train-0", "", 4, time.Time{})
 	pod.CreationTimestamp = metav1.NewTime(t0)
 	pods := []*v1.Pod{pod}
@@ -90,7 +90,7 @@ func TestLedgerFollowsAJob(t *testing.T) {
 // again when it ends.
 func TestLedgerCountsOtherDisruptions(t *testing.T) {
 	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
-	onPool := func(string) bool { return true }
+	onPool := func(int) bool { return true }
 	a := testobj.BestEffort("research", "a", "gpu-1", 2, time.Time{})
 	b := testobj.BestEffort("research", "b", "gpu-1", 2, time.Time{})
 	l.Observe(t0, []*v1.Pod{a, b}, nil, onPool, 0)
@@ -115,7 +115,7 @@ func TestLedgerCountsOtherDisruptions(t *testing.T) {
 // A restarted controller continues from what it published: totals add up,
 // and pods already placed are not placed again.
 func TestLedgerRestore(t *testing.T) {
-	onPool := func(string) bool { return true }
+	onPool := func(int) bool { return true }
 	pod := testobj.BestEffort("research", "p", "gpu-1", 2, time.Time{})
 	pod.CreationTimestamp = metav1.NewTime(t0)
 	a := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
@@ -145,7 +145,7 @@ func TestLedgerRestore(t *testing.T) {
 // newer job takes the oldest one's place; an older one finds none.
 func TestLedgerOverTheCapIsSteady(t *testing.T) {
 	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
-	onPool := func(string) bool { return true }
+	onPool := func(int) bool { return true }
 	job := func(name string, created time.Time) *v1.Pod {
 		p := testobj.BestEffort("tenant", name, "gpu-1", 1, created)
 		p.CreationTimestamp = metav1.NewTime(created)
@@ -192,7 +192,7 @@ func TestLedgerOverTheCapIsSteady(t *testing.T) {
 // are bounded, and a checkpoint time in the future is not believed.
 func TestLedgerBounds(t *testing.T) {
 	l := &Ledger{Threshold: api.DefaultBestEffortPriorityThreshold, GPUResource: api.GPUResource}
-	onPool := func(string) bool { return true }
+	onPool := func(int) bool { return true }
 	var pods []*v1.Pod
 	for i := range 3 * v1alpha1.MaxJobs {
 		p := testobj.BestEffort("tenant", fmt.Sprintf("p%d", i), "", 1, time.Time{})

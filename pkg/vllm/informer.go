@@ -621,8 +621,20 @@ func (i *Informer) HasSynced() bool {
 func (i *Informer) Snapshot() []PodLoad {
 	now := i.opts.Clock.Now()
 	i.mu.Lock()
-	out := make([]PodLoad, 0, len(i.endpoints))
+	// In namespace/name order: the endpoints are sorted, not the PodLoads,
+	// which are ten times their size to move.
+	eps := make([]*endpoint, 0, len(i.endpoints))
 	for _, ep := range i.endpoints {
+		eps = append(eps, ep)
+	}
+	slices.SortFunc(eps, func(a, b *endpoint) int {
+		if c := strings.Compare(a.pod.Namespace, b.pod.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod.Name, b.pod.Name)
+	})
+	out := make([]PodLoad, 0, len(eps))
+	for _, ep := range eps {
 		pod := ep.pod
 		out = append(out, PodLoad{
 			Namespace: pod.Namespace,
@@ -639,12 +651,6 @@ func (i *Informer) Snapshot() []PodLoad {
 		})
 	}
 	i.mu.Unlock()
-	slices.SortFunc(out, func(a, b PodLoad) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
 	return out
 }
 

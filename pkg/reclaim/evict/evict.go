@@ -239,11 +239,21 @@ func (e *Evictor) forget(pod *v1.Pod) {
 }
 
 // Prune forgets refusals of pods not in live (the pods that still exist).
-func (e *Evictor) Prune(live map[types.UID]bool) {
+// Refusals are rare: with none, live is not read.
+func (e *Evictor) Prune(live []*v1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.refusals) == 0 {
+		return
+	}
+	alive := make(map[types.UID]bool, len(e.refusals))
+	for _, p := range live {
+		if _, ok := e.refusals[p.UID]; ok {
+			alive[p.UID] = true
+		}
+	}
 	for uid := range e.refusals {
-		if !live[uid] {
+		if !alive[uid] {
 			delete(e.refusals, uid)
 		}
 	}

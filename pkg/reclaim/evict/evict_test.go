@@ -589,3 +589,20 @@ func names(cs []reclaim.Candidate) []string {
 	}
 	return out
 }
+
+// Prune forgets the refusals of pods no longer live and keeps the others'.
+func TestPruneForgetsGonePods(t *testing.T) {
+	e := &Evictor{}
+	e.Prune(nil) // nothing refused: nothing to read
+	live, gone := pod("live", now, ""), pod("gone", now, "")
+	live.UID, gone.UID = "u-live", "u-gone"
+	e.refused(live)
+	e.refused(gone)
+	e.Prune([]*v1.Pod{live, pod("other", now, "")})
+	if _, ok := e.refusals["u-live"]; !ok {
+		t.Error("the live pod's refusal was forgotten")
+	}
+	if _, ok := e.refusals["u-gone"]; ok {
+		t.Error("the gone pod's refusal was kept")
+	}
+}
