@@ -95,10 +95,6 @@ type job struct {
 	podNames []string
 	running  time.Time // real time all pods ran
 	ckpt     time.Time // real time of the last checkpoint (or start)
-	// The checkpoint before it, and the work done then: a tick that had
-	// not yet seen the job's eviction may have saved after it.
-	prevCkpt time.Time
-	prevDone time.Duration
 	retries  int
 	// The reclaim notice on its pods (real time; zero: none), since when,
 	// and whether the job checkpointed for it.
@@ -500,11 +496,7 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			if evicted {
 				// Work since the last checkpoint is lost; the rest of a gang goes too.
 				if j.state == jobRunning {
-					at := s.evictedAt(pods, now)
-					if at.Before(j.ckpt) {
-						j.ckpt, j.done = j.prevCkpt, j.prevDone // saved after its SIGTERM: not saved
-					}
-					lost := s.t.demo(at.Sub(j.ckpt)).Hours() * float64(j.gpus())
+					lost := s.t.demo(s.evictedAt(pods, now).Sub(j.ckpt)).Hours() * float64(j.gpus())
 					s.rep.lostWork += lost
 					if !j.noticeSince.IsZero() {
 						s.rep.noticedEvictions++
@@ -529,7 +521,6 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 			}
 			s.followNotice(j, pods, now)
 			if forNotice := s.dueForNotice(j, now); forNotice || now.Sub(j.ckpt) >= s.t.checkpoint {
-				j.prevCkpt, j.prevDone = j.ckpt, j.done
 				j.done += s.t.demo(now.Sub(j.ckpt))
 				j.ckpt = now
 				s.annotateCheckpoint(ctx, j, now)
@@ -569,7 +560,9 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 
 // evictedAt is when the first of a job's evicted pods was seen asked to
 // stop (its SIGTERM, to the informer's delay): the work since its last
-// checkpoint is lost from then, not from the tick that noticed it.
+// checkpoint is lost from then, not from the tick that noticed it. It comes
+// after that checkpoint: the informer's handler runs after its store shows
+// the deletion, and the tick that checkpointed did not see it there.
 func (s *scenario) evictedAt(pods []*v1.Pod, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()

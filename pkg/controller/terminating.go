@@ -18,14 +18,10 @@ import (
 // cap and then as stuck, took other tenants' GPUs in their place. A pod is
 // asked once: the API server then holds it to the shorter grace period.
 func (c *Controller) capTerminations(ctx context.Context, o observed) []error {
-	inPool := make(map[string]bool, len(o.Nodes))
-	for _, n := range o.Nodes {
-		inPool[n.Name] = n.InPool
-	}
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	var errs []error
-	for _, p := range o.pods {
-		if !inPool[p.Spec.NodeName] || !api.IsBestEffort(p, threshold) || api.PodGPUs(p, c.cfg.GPUResource) == 0 ||
+	for i, p := range o.pods {
+		if p.DeletionTimestamp == nil || o.node[i] < 0 || !o.Nodes[o.node[i]].InPool || !api.IsBestEffort(p, threshold) || o.gpus[i] == 0 ||
 			!reclaim.OverGrace(p, c.cfg.MaxReclaimGrace) {
 			continue
 		}

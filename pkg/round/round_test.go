@@ -505,7 +505,7 @@ func TestMarkPrepared(t *testing.T) {
 		}
 	}
 
-	at := t0.Add(time.Minute)
+	at := t0.Add(time.Minute + 500*time.Millisecond) // a pod reads it to the second
 	for _, tt := range []struct {
 		name       string
 		checkpoint time.Time
@@ -514,6 +514,8 @@ func TestMarkPrepared(t *testing.T) {
 	}{
 		{"saved for the noticed time, evicted then", at.Add(-20 * time.Second), at, true},
 		{"evicted a round after it", at.Add(-20 * time.Second), at.Add(30 * time.Second), true},
+		{"evicted rounds after it (rounds failed meanwhile)", at.Add(-20 * time.Second), at.Add(5 * time.Minute), false},
+		{"saved a minute before the time as told, to the second", at.Truncate(time.Second).Add(-time.Minute), at, true},
 		{"evicted before it: the load came sooner", at.Add(-20 * time.Second), at.Add(-time.Second), false},
 		{"checkpointed after the notice, but long before its time", since.Add(10 * time.Second), at, false},
 	} {

@@ -35,7 +35,8 @@ const callTimeout = 10 * time.Second
 // disruption (maxUnavailable: 0) would shield its pods forever and push every
 // reclaim onto other tenants' pods, or leave inference waiting. So a pod whose
 // evictions a budget first refused PDBWait ago or more is deleted directly,
-// with its capped grace period, bypassing the budget, and an Event says so.
+// with the grace period its eviction would have had, bypassing the budget,
+// and an Event says so.
 // The wait is the pod's, once: rounds that do not try the pod (others were
 // taken in its place) do not start it again, and the first refusal is kept
 // on the pod as the condition api.ConditionEvictionRefused, so a restarted
@@ -139,8 +140,8 @@ func RefusedByBudget(err error) bool {
 	return strings.Contains(status.Status().Message, multipleBudgets)
 }
 
-// force deletes a pod whose evictions were refused for waited, with its
-// capped grace period.
+// force deletes a pod whose evictions were refused for waited, with the
+// grace period its eviction would have had.
 func (e *Evictor) force(ctx context.Context, pod *v1.Pod, grace int64, waited time.Duration, why string) error {
 	err := e.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
