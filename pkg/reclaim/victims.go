@@ -40,7 +40,7 @@ type Candidate struct {
 	// chosen among prepared pods first.
 	Prepared bool
 	// Saved: the pod saved for its notice (checkpointed at or after it was
-	// given, within a notice step of the noticed time) and that time has
+	// given, within a minute before the noticed time) and that time has
 	// come. It has nothing left to save for this eviction, so it gets
 	// SavedGrace rather than its own grace period: its GPUs come back
 	// seconds after the eviction, when the replica the notice made room for

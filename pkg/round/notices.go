@@ -264,22 +264,28 @@ func owedToLoadNow(v *view) map[string]int64 {
 // markPrepared marks the candidates that checkpointed after this planner
 // noticed them: victims are chosen among them first. Those whose noticed
 // time has come at now, and whose checkpoint was saved for it, are Saved
-// too: saved within a notice step before that time, as the pod read it (to
+// too: saved within savedWithin before that time, as the pod read it (to
 // the second), as a pod timing its save to complete by then does, and at
-// most two steps before now, so that an eviction delayed past its time
+// most twice that before now, so that an eviction delayed past its time
 // (rounds that failed) gives the pod its grace to save what it did since.
 func (p *Planner) markPrepared(candidates []reclaim.Candidate, now time.Time) {
-	step := p.cfg.noticeStep()
 	for i := range candidates {
 		c := &candidates[i]
 		if g, ok := p.given[c.Pod.UID]; ok {
 			if t, ok := api.LastCheckpoint(c.Pod); ok && !t.Before(g.Since) {
 				c.Prepared = true
-				c.Saved = !now.Before(g.At) && !t.Before(g.At.Truncate(time.Second).Add(-step)) && now.Sub(t) <= 2*step
+				c.Saved = !now.Before(g.At) && !t.Before(g.At.Truncate(time.Second).Add(-savedWithin)) && now.Sub(t) <= 2*savedWithin
 			}
 		}
 	}
 }
+
+// savedWithin is how long before its noticed time a pod's checkpoint counts
+// as saved for it: the notice step at most (times within the horizon are
+// found to a minute or less), and room for trainers that start that save
+// ahead of the time by twice its length and more (the reference step: 21 s
+// ahead before it has timed a save).
+const savedWithin = time.Minute
 
 // remember keeps this round's notices, each since when it was first given.
 func (p *Planner) remember(now time.Time, notices []Notice) {

@@ -477,7 +477,8 @@ func FuzzPlanBoundsForgedLoad(f *testing.F) {
 // A pod counts as prepared once it checkpointed at or after the planner
 // first noticed it; one not noticed, or whose checkpoint is older, does not.
 // It counts as saved once its noticed time has come, if that checkpoint was
-// saved for it: within a notice step (a minute) before it.
+// saved for it: within a minute before it (savedWithin), and not over two
+// minutes before the eviction.
 func TestMarkPrepared(t *testing.T) {
 	p := New(Config{})
 	since := t0.Add(-time.Minute)
