@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,7 @@ type seenVerdict struct {
 }
 
 type suspect struct {
+	pod    types.UID
 	node   string
 	held   int64
 	rv     uint64
@@ -272,6 +274,13 @@ func (a *auditor) pod(p *v1.Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pods[p.UID] = p
+	if refusedForGPUs(p) {
+		// The kubelet's admission refused it: it never held the GPUs its
+		// binding named. Two schedulers binding from caches that have not
+		// seen each other's bindings (leader election off) can bind past a
+		// verdict; the kubelet is the backstop, and the scenario counts them.
+		a.suspects = slices.DeleteFunc(a.suspects, func(s suspect) bool { return s.pod == p.UID })
+	}
 	if p.Spec.NodeName == "" || a.bound[p.UID] {
 		return
 	}
@@ -291,7 +300,7 @@ func (a *auditor) pod(p *v1.Pod) {
 	}
 	if lends := a.lends(p.Spec.NodeName, now); held > lends {
 		rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
-		a.suspects = append(a.suspects, suspect{node: p.Spec.NodeName, held: held, rv: rv, breach: fmt.Sprintf("pod %s/%s bound to %s, where pods not inference's hold %d GPUs and no verdict over the last %v lent more than %d",
+		a.suspects = append(a.suspects, suspect{pod: p.UID, node: p.Spec.NodeName, held: held, rv: rv, breach: fmt.Sprintf("pod %s/%s bound to %s, where pods not inference's hold %d GPUs and no verdict over the last %v lent more than %d",
 			p.Namespace, p.Name, p.Spec.NodeName, held, slack, lends)})
 	}
 }
@@ -316,6 +325,12 @@ func (a *auditor) podGone(p *v1.Pod) {
 
 // lentOn is the GPUs that pods not inference's hold on node, those
 // terminating included: their GPUs are not back until they are gone.
+// refusedForGPUs: a kubelet's admission failed p for want of GPUs (as the
+// stand-in kubelet and a real one mark it).
+func refusedForGPUs(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodFailed && p.Status.Reason == "OutOf"+string(api.GPUResource)
+}
+
 func (a *auditor) lentOn(node string) int64 {
 	var n int64
 	for _, p := range a.pods {
