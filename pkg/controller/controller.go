@@ -501,7 +501,8 @@ type observed struct {
 	// requests is most of what a round costs at fleet scale.
 	gpus []int64
 	// node[i] is the index in Nodes of the node pods[i] is on (-1: none
-	// observed), looked up once a round rather than by name at each use.
+	// observed), looked up once a round rather than by name at each use
+	// (onPool).
 	node []int
 	// problems are each service's annotation problems.
 	problems map[string][]string
@@ -511,6 +512,9 @@ type observed struct {
 	// pending, in key order.
 	services []ledger.ServiceNow
 }
+
+// onPool is whether pods[i] is bound to a pool node.
+func (o *observed) onPool(i int) bool { return o.node[i] >= 0 && o.Nodes[o.node[i]].InPool }
 
 // observe turns the listers and the metrics informer's snapshot into the
 // round's Observation.
@@ -740,8 +744,6 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 // scheduled: in the pool's histogram and, for the services of namespaces
 // opted in as inference, in their own metrics and their namespace's report.
 func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
-	// onPool is whether pods[i] is bound to a pool node.
-	onPool := func(i int) bool { return o.node[i] >= 0 && o.Nodes[o.node[i]].InPool }
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than two periods (e.g. a new leader) is not counted: the
 	// pods may have changed in between.
@@ -750,7 +752,7 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 		elapsed = now.Sub(c.lastSync)
 	}
 	c.lastSync = now
-	for ns, s := range c.ledger.Observe(now, o.pods, o.gpus, onPool, elapsed) {
+	for ns, s := range c.ledger.Observe(now, o.pods, o.gpus, o.onPool, elapsed) {
 		harvestedGPUSeconds.WithLabelValues(ns).Add(s)
 	}
 	budget := c.cfg.ReclaimBudget()
@@ -761,7 +763,7 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 	first := c.seenBound == nil
 	present := make(map[types.UID]bool, len(c.seenBound))
 	for i, p := range o.pods {
-		if !onPool(i) || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
+		if !o.onPool(i) || !api.HoldsResources(p) || api.IsBestEffort(p, threshold) || !api.IsInference(p) {
 			continue
 		}
 		scheduled := scheduledAt(p)

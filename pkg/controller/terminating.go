@@ -21,7 +21,7 @@ func (c *Controller) capTerminations(ctx context.Context, o observed) []error {
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	var errs []error
 	for i, p := range o.pods {
-		if p.DeletionTimestamp == nil || o.node[i] < 0 || !o.Nodes[o.node[i]].InPool || !api.IsBestEffort(p, threshold) || o.gpus[i] == 0 ||
+		if p.DeletionTimestamp == nil || !o.onPool(i) || !api.IsBestEffort(p, threshold) || o.gpus[i] == 0 ||
 			!reclaim.OverGrace(p, c.cfg.MaxReclaimGrace) {
 			continue
 		}

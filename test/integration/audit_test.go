@@ -323,14 +323,14 @@ func (a *auditor) podGone(p *v1.Pod) {
 	}
 }
 
-// lentOn is the GPUs that pods not inference's hold on node, those
-// terminating included: their GPUs are not back until they are gone.
 // refusedForGPUs: a kubelet's admission failed p for want of GPUs (as the
 // stand-in kubelet and a real one mark it).
 func refusedForGPUs(p *v1.Pod) bool {
 	return p.Status.Phase == v1.PodFailed && p.Status.Reason == "OutOf"+string(api.GPUResource)
 }
 
+// lentOn is the GPUs that pods not inference's hold on node, those
+// terminating included: their GPUs are not back until they are gone.
 func (a *auditor) lentOn(node string) int64 {
 	var n int64
 	for _, p := range a.pods {
