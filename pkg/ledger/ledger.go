@@ -35,7 +35,15 @@ type Ledger struct {
 	Threshold   int32
 	GPUResource v1.ResourceName
 	namespaces  map[string]*namespace
+	// jobRefs is each tracked pod's job as the last Observe read it, by
+	// informer object: objects are replaced, never edited, so a pod's labels
+	// and owners are read once per object, not once a round (at fleet scale
+	// that reading was a tenth of a round).
+	jobRefs map[*v1.Pod]jobRef
 }
+
+// jobRef is a pod's job: its kind and name (api.JobOf), and its key.
+type jobRef struct{ kind, name, key string }
 
 type namespace struct {
 	status v1alpha1.HarvestReportStatus
@@ -176,6 +184,8 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 	// old as it): such a pod is passed over before anything is made for it.
 	// Should one of the held jobs end this round, the slot is filled the next.
 	full := map[*namespace]time.Time{}
+	refs := make(map[*v1.Pod]jobRef, len(l.jobRefs))
+	defer func() { l.jobRefs = refs }()
 	for _, n := range l.namespaces {
 		if oldest, ok := n.oldestOfFull(); ok {
 			full[n] = oldest
@@ -199,8 +209,13 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 			harvested[p.Namespace] += s
 			held = int64(s + 0.5)
 		}
-		kind, name := api.JobOf(p)
-		key := jobKey(kind, name)
+		ref, ok := l.jobRefs[p]
+		if !ok {
+			kind, name := api.JobOf(p)
+			ref = jobRef{kind, name, jobKey(kind, name)}
+		}
+		refs[p] = ref
+		kind, name, key := ref.kind, ref.name, ref.key
 		if j := n.jobs[key]; j != nil {
 			byJob[j] = append(byJob[j], podGPUs{p, g})
 			j.HarvestedGPUSeconds += held

@@ -96,21 +96,6 @@ type Histogram struct {
 	Sum    float64 // sum of observed values
 }
 
-// clone returns a copy that shares no memory with h.
-func (h Histogram) clone() Histogram {
-	h.Bounds = slices.Clone(h.Bounds)
-	h.Counts = slices.Clone(h.Counts)
-	return h
-}
-
-func (m Metrics) clone() Metrics {
-	m.Models = slices.Clone(m.Models)
-	m.QueueTime = m.QueueTime.clone()
-	m.TimeToFirstToken = m.TimeToFirstToken.clone()
-	m.InterTokenLatency = m.InterTokenLatency.clone()
-	return m
-}
-
 // ErrNotVLLM: the exposition parsed but has none of vLLM's load metrics.
 var ErrNotVLLM = errors.New("not a vLLM metrics endpoint")
 
