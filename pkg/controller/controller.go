@@ -411,17 +411,34 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	cancelRestore()
 	logger.Info("Planning harvest", "syncPeriod", c.cfg.SyncPeriod)
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	for ctx.Err() == nil {
+		start := time.Now()
 		if err := c.Sync(ctx); err != nil {
 			logger.Error(err, "Harvest sync failed")
 		}
-	}, c.cfg.SyncPeriod)
+		next := time.NewTimer(nextRound(c.cfg.SyncPeriod, time.Since(start)))
+		select {
+		case <-ctx.Done():
+			next.Stop()
+		case <-next.C:
+		}
+	}
 	// Keep what was learned since the last write: a restart must not forget it.
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	now := c.cfg.Clock.Now()
 	c.saveProfiles(flushCtx, now, c.planner.ProfilesDue(now, true))
 	cancel()
 	return <-loadDone
+}
+
+// nextRound is how long to wait after a round that took took: rounds start a
+// sync period apart, so that a round long in its writes (a load step at fleet
+// scale evicts for seconds) does not put its own length between its
+// evictions and the next round's; but the next starts no sooner than a fifth
+// of a period after it, so that the informers and the API server get a
+// breath between rounds.
+func nextRound(period, took time.Duration) time.Duration {
+	return max(period-took, period/5)
 }
 
 // Sync runs one planning round: observe, plan, act. A round gets at most the
@@ -745,10 +762,11 @@ func (c *Controller) act(ctx context.Context, now time.Time, o observed, d round
 // opted in as inference, in their own metrics and their namespace's report.
 func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 	threshold := *c.cfg.BestEffortPriorityThreshold
-	// A pause longer than two periods (e.g. a new leader) is not counted: the
-	// pods may have changed in between.
+	// A pause longer than the longest round (the heartbeat timeout) and a
+	// period is not counted: the pods may have changed in between. Rounds
+	// that evict for seconds at fleet scale are counted.
 	var elapsed time.Duration
-	if !c.lastSync.IsZero() && now.Sub(c.lastSync) <= 2*c.cfg.SyncPeriod {
+	if !c.lastSync.IsZero() && now.Sub(c.lastSync) <= c.cfg.Heartbeat.Timeout+c.cfg.SyncPeriod {
 		elapsed = now.Sub(c.lastSync)
 	}
 	c.lastSync = now

@@ -842,3 +842,35 @@ func TestGangMemberWaitingAtPermitIsSeenAndReclaimed(t *testing.T) {
 		t.Fatalf("evictions %v, want %v: the GPUs held at Permit are the ones to take back", got, want)
 	}
 }
+
+// TestNextRoundStartsAPeriodAfterTheLast: a round long in its writes is
+// followed at once (a fifth of a period later), not a whole period later.
+func TestNextRoundStartsAPeriodAfterTheLast(t *testing.T) {
+	for _, tc := range []struct{ took, want time.Duration }{
+		{took: 300 * time.Millisecond, want: 4700 * time.Millisecond},
+		{took: 4500 * time.Millisecond, want: time.Second},
+		{took: 17 * time.Second, want: time.Second},
+	} {
+		if got := nextRound(5*time.Second, tc.took); got != tc.want {
+			t.Errorf("nextRound(5s, %v) = %v, want %v", tc.took, got, tc.want)
+		}
+	}
+}
+
+// TestLongRoundsStillCountTheHarvest: rounds spaced by a round that evicted
+// for seconds (up to the heartbeat timeout) still count the GPU-seconds lent
+// between them; a longer pause does not.
+func TestLongRoundsStillCountTheHarvest(t *testing.T) {
+	tc := newTestCluster(t, Config{})
+	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil),
+		testobj.BestEffort("research", "train-0", "a", 2, t0))
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 1, 0, 4)}
+	for _, at := range []time.Duration{0, 17 * time.Second, 60 * time.Second} {
+		if _, err := tc.sync(t, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := tc.c.ledger.HarvestedGPUSeconds(), int64(2*17); got != want {
+		t.Fatalf("harvested %d GPU-seconds, want %d: 17 s between rounds counted, 43 s not", got, want)
+	}
+}
