@@ -355,6 +355,36 @@ func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
 	}
 }
 
+// A round whose time runs out while it evicts stops there: an eviction cut
+// off by the deadline is not a refusal, so no other pod is chosen for it and
+// no later eviction is tried (at 10,000 nodes a round once spent 17 s past
+// its deadline trying, and failing, 36,820 more).
+func TestSyncStopsEvictingWhenItsTimeIsUp(t *testing.T) {
+	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	tc.set(t, testobj.Node("a", 16),
+		testobj.Inference("serving", "chat-0", "chat", "a", 4),
+		testobj.BestEffort("research", "one", "a", 4, t0.Add(-time.Minute)),
+		testobj.BestEffort("research", "two", "a", 4, t0.Add(-time.Hour)),
+		testobj.BestEffort("research", "three", "a", 4, t0.Add(-time.Hour)),
+		chat(1, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var tried []string
+	tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tried = append(tried, a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name)
+		cancel() // the round's time is up during its first eviction
+		return true, nil, context.Canceled
+	})
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 36, 4)} // three more replicas: a owes all it lends
+	tc.clock.SetTime(t0)
+	if err := tc.c.Sync(ctx); err == nil {
+		t.Fatal("a round cut off while evicting reports no error")
+	}
+	if len(tried) != 1 {
+		t.Fatalf("evictions tried %v, want one: none after the round's time was up", tried)
+	}
+}
+
 // Autoscaled Deployments are scaled through their scale subresource; a bad
 // annotation is reported once as an Event, not every round.
 func TestSyncScalesAndReportsBadAnnotationsOnce(t *testing.T) {

@@ -128,12 +128,19 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			}
 		}
 		for _, m := range plan[o.Node] {
+			if ctx.Err() != nil {
+				return nil // the round's time is up: the next goes on from here
+			}
 			err := c.evictor.Evict(ctx, m, o.Why)
 			mu.Lock()
-			if err != nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
+				// Cut off, not refused: the pod is evicted next round if still owed.
+				evictErrs = append(evictErrs, err)
+			case err != nil:
 				refused = append(refused, m.Pod)
 				evictErrs = append(evictErrs, err)
-			} else {
+			default:
 				done = append(done, eviction{m, o})
 			}
 			mu.Unlock()
@@ -144,7 +151,7 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 		}
 		return nil
 	})
-	if len(refused) == 0 {
+	if len(refused) == 0 || ctx.Err() != nil {
 		return done, verdictErrs, evictErrs
 	}
 	// Again for what is still owed, without the pods gone and the units
@@ -160,9 +167,10 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			again = append(again, reclaim.Owed{Node: o.Node, GPUs: left, Why: o.Why})
 		}
 	}
+	isRefused := refusedUnits(refused)
 	var rest []reclaim.Candidate
 	for _, m := range d.Candidates {
-		if !gone[m.Pod.UID] && !refusedUnit(m.Pod, refused) {
+		if !gone[m.Pod.UID] && !isRefused(m.Pod) {
 			rest = append(rest, m)
 		}
 	}
@@ -178,17 +186,23 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 	return done, verdictErrs, append(evictErrs, errs...)
 }
 
-// refusedUnit reports whether p is one of the refused pods or in one's gang.
-func refusedUnit(p *v1.Pod, refused []*v1.Pod) bool {
+// refusedUnits says whether a pod is one of the refused pods or in one's
+// gang.
+func refusedUnits(refused []*v1.Pod) func(p *v1.Pod) bool {
+	pods, gangs := map[types.UID]bool{}, map[string]bool{}
 	for _, r := range refused {
-		if r.UID == p.UID {
-			return true
-		}
-		if g := api.GangKey(r); g != "" && api.GangKey(p) == g {
-			return true
+		pods[r.UID] = true
+		if g := api.GangKey(r); g != "" {
+			gangs[g] = true
 		}
 	}
-	return false
+	return func(p *v1.Pod) bool {
+		if pods[p.UID] {
+			return true
+		}
+		g := api.GangKey(p)
+		return g != "" && gangs[g]
+	}
 }
 
 func countEviction(err error) {
