@@ -250,19 +250,27 @@ func freedOn(done []eviction) map[string]int64 {
 	return freed
 }
 
-// stillOwed logs what the evictions made did not cover.
+// stillOwed logs what the evictions made did not cover: one line a round,
+// naming the first few nodes (a fleet-wide load step leaves thousands, and a
+// line each took seconds of the round).
 func stillOwed(ctx context.Context, d round.Decision, done []eviction) {
 	freed := freedOn(done)
+	terminating := map[string]int64{}
+	for _, m := range d.Candidates {
+		if m.Pod.DeletionTimestamp != nil && !m.Overdue {
+			terminating[m.Pod.Spec.NodeName] += m.GPUs
+		}
+	}
+	var nodes []string
+	var gpus int64
 	for _, o := range d.Reclaims {
-		var terminating int64
-		for _, m := range d.Candidates {
-			if m.Pod.Spec.NodeName == o.Node && m.Pod.DeletionTimestamp != nil && !m.Overdue {
-				terminating += m.GPUs
-			}
+		if left := o.GPUs - freed[o.Node] - terminating[o.Node]; left > 0 {
+			gpus += left
+			nodes = append(nodes, o.Node)
 		}
-		if left := o.GPUs - freed[o.Node] - terminating; left > 0 {
-			klog.FromContext(ctx).Info("Could not reclaim all GPUs owed", "node", o.Node, "owedGPUs", left)
-		}
+	}
+	if len(nodes) > 0 {
+		klog.FromContext(ctx).Info("Could not reclaim all GPUs owed", "nodes", len(nodes), "owedGPUs", gpus, "first", nodes[:min(len(nodes), 10)])
 	}
 }
 

@@ -230,6 +230,10 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		// it, no longer than one given within the horizon could: its time is
 		// pulled in, and the pod told so.
 		limit := v.now.Add(p.cfg.nearNotice())
+		owing := make(map[string]int, len(d.Reclaims))
+		for i, o := range d.Reclaims {
+			owing[o.Node] = i
+		}
 		for _, h := range hold {
 			out[h.Pod] = true
 			at := p.given[h.Pod.UID].At
@@ -237,10 +241,8 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 				at = limit
 			}
 			held = append(held, Notice{Candidate: h, At: at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
-			for i := range d.Reclaims {
-				if d.Reclaims[i].Node == h.Pod.Spec.NodeName {
-					d.Reclaims[i].GPUs -= h.GPUs
-				}
+			if i, ok := owing[h.Pod.Spec.NodeName]; ok {
+				d.Reclaims[i].GPUs -= h.GPUs
 			}
 		}
 		d.Reclaims = slices.DeleteFunc(d.Reclaims, func(o reclaim.Owed) bool { return o.GPUs <= 0 })
