@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -764,7 +765,8 @@ func (c *Controller) account(ctx context.Context, now time.Time, o observed) {
 	threshold := *c.cfg.BestEffortPriorityThreshold
 	// A pause longer than the longest round (the heartbeat timeout) and a
 	// period is not counted: the pods may have changed in between. Rounds
-	// that evict for seconds at fleet scale are counted.
+	// that evict for seconds at fleet scale are counted, each pod of the
+	// later round for the whole gap.
 	var elapsed time.Duration
 	if !c.lastSync.IsZero() && now.Sub(c.lastSync) <= c.cfg.Heartbeat.Timeout+c.cfg.SyncPeriod {
 		elapsed = now.Sub(c.lastSync)
@@ -951,14 +953,24 @@ func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(time.Second, c.cfg.SyncPeriod/2))
 	defer cancel()
-	return errors.Join(c.parallel(ctx, len(changed), func(ctx context.Context, i int) error {
+	var written atomic.Int64
+	errs := c.parallel(ctx, len(changed), func(ctx context.Context, i int) error {
 		n := changed[i]
 		if ctx.Err() != nil {
 			return nil
 		}
-		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, want[n.Name].MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil && ctx.Err() == nil {
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, want[n.Name].MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
+			if cutOff(ctx, err) {
+				cancel() // the rest are written next round
+				return nil
+			}
 			return fmt.Errorf("publishing availability on node %s: %w", n.Name, err)
 		}
+		written.Add(1)
 		return nil
-	})...)
+	})
+	if left := len(changed) - int(written.Load()) - len(errs); left > 0 {
+		klog.FromContext(ctx).V(2).Info("Left availability for the next round", "nodes", left)
+	}
+	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -32,6 +33,7 @@ import (
 	"github.com/gleaner-dev/gleaner/internal/testobj"
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/autoscale"
+	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
@@ -360,28 +362,39 @@ func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
 // no later eviction is tried (at 10,000 nodes a round once spent 17 s past
 // its deadline trying, and failing, 36,820 more).
 func TestSyncStopsEvictingWhenItsTimeIsUp(t *testing.T) {
-	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
-	tc.set(t, testobj.Node("a", 16),
+	objs := []runtime.Object{testobj.Node("a", 16),
 		testobj.Inference("serving", "chat-0", "chat", "a", 4),
 		testobj.BestEffort("research", "one", "a", 4, t0.Add(-time.Minute)),
 		testobj.BestEffort("research", "two", "a", 4, t0.Add(-time.Hour)),
 		testobj.BestEffort("research", "three", "a", 4, t0.Add(-time.Hour)),
-		chat(1, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var tried []string
-	tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		tried = append(tried, a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name)
-		cancel() // the round's time is up during its first eviction
-		return true, nil, context.Canceled
-	})
-	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 36, 4)} // three more replicas: a owes all it lends
-	tc.clock.SetTime(t0)
-	if err := tc.c.Sync(ctx); err == nil {
-		t.Fatal("a round cut off while evicting reports no error")
-	}
-	if len(tried) != 1 {
-		t.Fatalf("evictions tried %v, want one: none after the round's time was up", tried)
+		chat(1, nil)}
+	for _, tt := range []struct {
+		name    string
+		waiting float64
+	}{
+		{"a owes all it lends", 36}, // three more replicas
+		{"a owes one pod, and others are left to choose", 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+			tc.set(t, objs...)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var tried []string
+			tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				tried = append(tried, a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name)
+				cancel() // the round's time is up during its first eviction
+				return true, nil, context.Canceled
+			})
+			tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, tt.waiting, 4)}
+			tc.clock.SetTime(t0)
+			if err := tc.c.Sync(ctx); err == nil {
+				t.Fatal("a round cut off while evicting reports no error")
+			}
+			if len(tried) != 1 {
+				t.Fatalf("evictions tried %v, want one: none after the round's time was up", tried)
+			}
+		})
 	}
 }
 
@@ -891,16 +904,45 @@ func TestNextRoundStartsAPeriodAfterTheLast(t *testing.T) {
 // for seconds (up to the heartbeat timeout) still count the GPU-seconds lent
 // between them; a longer pause does not.
 func TestLongRoundsStillCountTheHarvest(t *testing.T) {
-	tc := newTestCluster(t, Config{})
+	tc := newTestCluster(t, Config{SyncPeriod: 5 * time.Second, Heartbeat: HeartbeatLease{Timeout: 15 * time.Second}})
 	tc.set(t, testobj.Node("a", 8), testobj.Inference("serving", "chat-0", "chat", "a", 4), chat(1, nil),
 		testobj.BestEffort("research", "train-0", "a", 2, t0))
 	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 1, 0, 4)}
-	for _, at := range []time.Duration{0, 17 * time.Second, 60 * time.Second} {
+	// Gaps of 17 s and 20 s (the timeout and a period) count; 21 s does not.
+	for _, at := range []time.Duration{0, 17 * time.Second, 37 * time.Second, 58 * time.Second} {
 		if _, err := tc.sync(t, t0.Add(at)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, want := tc.c.ledger.HarvestedGPUSeconds(), int64(2*17); got != want {
-		t.Fatalf("harvested %d GPU-seconds, want %d: 17 s between rounds counted, 43 s not", got, want)
+	if got, want := tc.c.ledger.HarvestedGPUSeconds(), int64(2*(17+20)); got != want {
+		t.Fatalf("harvested %d GPU-seconds, want %d: 17 and 20 s between rounds counted, 21 s not", got, want)
+	}
+}
+
+// TestAvailabilityCutOffIsNoError: availability a round has no time left to
+// write waits for the next round, also when the client's rate limiter
+// foresees the deadline (as it does at 10,000 nodes, before the context
+// ends); the round stops trying, and reports no error.
+func TestAvailabilityCutOffIsNoError(t *testing.T) {
+	tc := newTestCluster(t, Config{WriteWorkers: 1})
+	nodes := []*v1.Node{testobj.Node("a", 8), testobj.Node("b", 8), testobj.Node("c", 8)}
+	var avail []availability.Availability
+	for _, n := range nodes {
+		avail = append(avail, availability.Availability{Node: n.Name, GPUs: 4, For: time.Hour})
+	}
+	var tried []string
+	tc.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tried = append(tried, a.(k8stesting.PatchAction).GetName())
+		if len(tried) == 1 {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+		}
+		return true, nil, fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline"))
+	})
+	err := tc.c.publishAvailability(context.Background(), nodes, avail)
+	if err == nil || !strings.Contains(err.Error(), "etcd is away") || strings.Contains(err.Error(), "would exceed") {
+		t.Fatalf("error %v, want only the refused write's", err)
+	}
+	if len(tried) != 2 {
+		t.Fatalf("writes tried %v, want two: none after the first cut off", tried)
 	}
 }

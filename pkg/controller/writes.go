@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,8 +83,9 @@ func (c *Controller) publishOpenings(ctx context.Context, nodes []*v1.Node, d ro
 			return nil
 		}
 		if err := c.publish(ctx, nodes[i], d.Plan.Nodes[nodes[i].Name].Verdict); err != nil {
-			if ctx.Err() != nil {
-				return nil // cut off by the deadline: next round
+			if cutOff(ctx, err) {
+				cancel() // cut off by the deadline: the rest next round
+				return nil
 			}
 			return err
 		}
@@ -93,6 +95,15 @@ func (c *Controller) publishOpenings(ctx context.Context, nodes []*v1.Node, d ro
 		return nil
 	})
 	return len(nodes) - done - len(errs), errs
+}
+
+// cutOff reports whether a write failed for want of time rather than being
+// refused: its context ended, or the client's rate limiter foresaw that its
+// wait would outlast the deadline (golang.org/x/time/rate says so only in
+// words). At 10,000 nodes the availability a round could not write in its
+// half period failed so, a node at a time, thousands of errors a round.
+func cutOff(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 // eviction is one pod evicted for a node that owes GPUs.
@@ -132,10 +143,10 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 				return nil // the round's time is up: the next goes on from here
 			}
 			err := c.evictor.Evict(ctx, m, o.Why)
+			cut := err != nil && cutOff(ctx, err)
 			mu.Lock()
 			switch {
-			case err != nil && ctx.Err() != nil:
-				// Cut off, not refused: the pod is evicted next round if still owed.
+			case cut: // not refused: evicted next round if still owed
 				evictErrs = append(evictErrs, err)
 			case err != nil:
 				refused = append(refused, m.Pod)
@@ -145,12 +156,17 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			}
 			mu.Unlock()
 			countEviction(err)
+			if cut {
+				return nil
+			}
 			if err == nil {
 				logEviction(ctx, m, o)
 			}
 		}
 		return nil
 	})
+	// A round whose time is up chooses no more: what it failed to evict was
+	// cut off, not refused, and the next round goes on from what is left.
 	if len(refused) == 0 || ctx.Err() != nil {
 		return done, verdictErrs, evictErrs
 	}

@@ -172,7 +172,8 @@ func (l *Ledger) ns(name string) *namespace {
 // round to count (0: none, e.g. the first round). gpus[i] is pods[i]'s GPUs
 // as api.PodGPUs counts them, where the caller has counted them already this
 // round (nil: counted here). It returns the GPU-seconds harvested since the
-// last round, per namespace.
+// last round, per namespace. Pods are read as informer objects are: a pod
+// that changes is a new object, never the same one edited (jobRefs).
 func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool func(i int) bool, elapsed time.Duration) map[string]float64 {
 	harvested := map[string]float64{}
 	byJob := map[*job][]podGPUs{}
