@@ -101,3 +101,27 @@ func TestPodGPUsCountsAsTheScheduler(t *testing.T) {
 		}
 	}
 }
+
+// TestPodMemoReadsEachObjectOnce: an object seen the round before is not
+// read again; a new object (a changed pod) is; one a round did not see is
+// forgotten.
+func TestPodMemoReadsEachObjectOnce(t *testing.T) {
+	var m PodMemo[string]
+	reads := 0
+	read := func(p *v1.Pod) string { reads++; return p.Labels["job"] }
+	a := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"job": "a"}}}
+	b := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"job": "b"}}}
+	if m.Get(a, read) != "a" || m.Get(b, read) != "b" || reads != 2 {
+		t.Fatalf("first round: %d reads, want 2", reads)
+	}
+	m.Next()
+	changed := a.DeepCopy()
+	changed.Labels["job"] = "a2"
+	if m.Get(changed, read) != "a2" || m.Get(b, read) != "b" || reads != 3 {
+		t.Fatalf("second round: %d reads, want 3 (only the changed pod's new object)", reads)
+	}
+	m.Next()
+	if m.Get(a, read) != "a" || reads != 4 {
+		t.Fatalf("third round: %d reads, want 4 (a, unseen a round, read again)", reads)
+	}
+}

@@ -275,10 +275,8 @@ type Controller struct {
 	// controller's clock; observed: when a round last looked at the pods.
 	terminations reclaim.Terminations
 	observed     time.Time
-	// gpusOf is each pod's GPUs as the last round counted them, by the
-	// informer's object: a cached object is replaced, never changed, so
-	// the same object has the same requests.
-	gpusOf map[*v1.Pod]int64
+	// gpusOf is each pod's GPUs, counted once per informer object.
+	gpusOf api.PodMemo[int64]
 	// noticed: the pods this controller gave a reclaim notice that stands;
 	// foreign: the pods whose notice, not one it gave, it withdrew once.
 	noticed, foreign map[types.UID]bool
@@ -553,19 +551,15 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 	// tracked, so only they are kept.
 	terminating := map[types.UID]bool{}
 	podGPUs := make([]int64, len(podList))
-	gpusOf := make(map[*v1.Pod]int64, len(podList))
+	countGPUs := func(p *v1.Pod) int64 { return api.PodGPUs(p, c.cfg.GPUResource) }
 	for i, p := range podList {
 		if p.DeletionTimestamp != nil {
 			c.terminations.Saw(p, c.observed, now)
 			terminating[p.UID] = true
 		}
-		g, ok := c.gpusOf[p]
-		if !ok {
-			g = api.PodGPUs(p, c.cfg.GPUResource)
-		}
-		podGPUs[i], gpusOf[p] = g, g
+		podGPUs[i] = c.gpusOf.Get(p, countGPUs)
 	}
-	c.gpusOf = gpusOf
+	c.gpusOf.Next()
 	c.terminations.Forget(func(uid types.UID) bool { return terminating[uid] })
 	c.observed = now
 	// GPUs DRA publishes are counted by device: what claims hold (other

@@ -35,15 +35,17 @@ type Ledger struct {
 	Threshold   int32
 	GPUResource v1.ResourceName
 	namespaces  map[string]*namespace
-	// jobRefs is each tracked pod's job as the last Observe read it, by
-	// informer object: objects are replaced, never edited, so a pod's labels
-	// and owners are read once per object, not once a round (at fleet scale
-	// that reading was a tenth of a round).
-	jobRefs map[*v1.Pod]jobRef
+	// jobRefs is each tracked pod's job, read once per informer object.
+	jobRefs api.PodMemo[jobRef]
 }
 
 // jobRef is a pod's job: its kind and name (api.JobOf), and its key.
 type jobRef struct{ kind, name, key string }
+
+func readJobRef(p *v1.Pod) jobRef {
+	kind, name := api.JobOf(p)
+	return jobRef{kind, name, jobKey(kind, name)}
+}
 
 type namespace struct {
 	status v1alpha1.HarvestReportStatus
@@ -173,7 +175,7 @@ func (l *Ledger) ns(name string) *namespace {
 // as api.PodGPUs counts them, where the caller has counted them already this
 // round (nil: counted here). It returns the GPU-seconds harvested since the
 // last round, per namespace. Pods are read as informer objects are: a pod
-// that changes is a new object, never the same one edited (jobRefs).
+// that changes is a new object, never the same one edited (api.PodMemo).
 func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool func(i int) bool, elapsed time.Duration) map[string]float64 {
 	harvested := map[string]float64{}
 	byJob := map[*job][]podGPUs{}
@@ -185,8 +187,7 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 	// old as it): such a pod is passed over before anything is made for it.
 	// Should one of the held jobs end this round, the slot is filled the next.
 	full := map[*namespace]time.Time{}
-	refs := make(map[*v1.Pod]jobRef, len(l.jobRefs))
-	defer func() { l.jobRefs = refs }()
+	defer l.jobRefs.Next()
 	for _, n := range l.namespaces {
 		if oldest, ok := n.oldestOfFull(); ok {
 			full[n] = oldest
@@ -210,12 +211,7 @@ func (l *Ledger) Observe(now time.Time, pods []*v1.Pod, gpus []int64, onPool fun
 			harvested[p.Namespace] += s
 			held = int64(s + 0.5)
 		}
-		ref, ok := l.jobRefs[p]
-		if !ok {
-			kind, name := api.JobOf(p)
-			ref = jobRef{kind, name, jobKey(kind, name)}
-		}
-		refs[p] = ref
+		ref := l.jobRefs.Get(p, readJobRef)
 		kind, name, key := ref.kind, ref.name, ref.key
 		if j := n.jobs[key]; j != nil {
 			byJob[j] = append(byJob[j], podGPUs{p, g})
@@ -605,8 +601,7 @@ func (l *Ledger) jobOf(p *v1.Pod) (*namespace, *job) {
 	if n == nil {
 		return nil, nil
 	}
-	kind, name := api.JobOf(p)
-	return n, n.jobs[jobKey(kind, name)]
+	return n, n.jobs[readJobRef(p).key]
 }
 
 // event appends to a job's timeline, keeping the first keptFirst events and
