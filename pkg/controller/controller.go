@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -945,25 +944,14 @@ func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, 
 			changed = append(changed, n)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, max(time.Second, c.cfg.SyncPeriod/2))
-	defer cancel()
-	var written atomic.Int64
-	errs := c.parallel(ctx, len(changed), func(ctx context.Context, i int) error {
+	left, errs := c.writeWithin(ctx, max(time.Second, c.cfg.SyncPeriod/2), len(changed), func(ctx context.Context, i int) error {
 		n := changed[i]
-		if ctx.Err() != nil {
-			return nil
-		}
 		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, want[n.Name].MergePatch(), metav1.PatchOptions{FieldManager: Component}); err != nil {
-			if cutOff(ctx, err) {
-				cancel() // the rest are written next round
-				return nil
-			}
 			return fmt.Errorf("publishing availability on node %s: %w", n.Name, err)
 		}
-		written.Add(1)
 		return nil
 	})
-	if left := len(changed) - int(written.Load()) - len(errs); left > 0 {
+	if left > 0 {
 		klog.FromContext(ctx).V(2).Info("Left availability for the next round", "nodes", left)
 	}
 	return errors.Join(errs...)

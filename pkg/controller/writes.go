@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,29 +73,33 @@ func (c *Controller) publishVerdicts(ctx context.Context, nodes []*v1.Node, d ro
 // publishOpenings writes verdicts that lend more until the deadline; the rest
 // wait for the next round. It returns how many it left and the errors.
 func (c *Controller) publishOpenings(ctx context.Context, nodes []*v1.Node, d round.Decision, deadline time.Duration) (int, []error) {
+	return c.writeWithin(ctx, deadline, len(nodes), func(ctx context.Context, i int) error {
+		return c.publish(ctx, nodes[i], d.Plan.Nodes[nodes[i].Name].Verdict)
+	})
+}
+
+// writeWithin makes n writes, WriteWorkers at a time, until the deadline:
+// once one is cut off (cutOff), the rest wait for the next round. It returns
+// how many it left and the errors of the others.
+func (c *Controller) writeWithin(ctx context.Context, deadline time.Duration, n int, write func(ctx context.Context, i int) error) (left int, errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	var (
-		mu   sync.Mutex
-		done int
-	)
-	errs := c.parallel(ctx, len(nodes), func(ctx context.Context, i int) error {
+	var written atomic.Int64
+	errs = c.parallel(ctx, n, func(ctx context.Context, i int) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err := c.publish(ctx, nodes[i], d.Plan.Nodes[nodes[i].Name].Verdict); err != nil {
+		if err := write(ctx, i); err != nil {
 			if cutOff(ctx, err) {
-				cancel() // cut off by the deadline: the rest next round
+				cancel()
 				return nil
 			}
 			return err
 		}
-		mu.Lock()
-		done++
-		mu.Unlock()
+		written.Add(1)
 		return nil
 	})
-	return len(nodes) - done - len(errs), errs
+	return n - int(written.Load()) - len(errs), errs
 }
 
 // cutOff reports whether a write failed for want of time rather than being
