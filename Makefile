@@ -132,10 +132,11 @@ test-perf:
 # against etcd and kube-apiserver from `make tools`, Node and Pod objects
 # only (no kubelet), 1,000 inference services behind one `gleaner vllm-sim`.
 # Per size in CONTROLLER_SIZES (NODES:BEST_EFFORT_PODS, each a fresh cluster):
-# a harvest window opening on every node, steady state, a restart and a
-# fleet-wide load step; round wall and CPU time, API writes per round by kind,
+# a harvest window opening on every node, steady state, a restart, a
+# fleet-wide load step, and what the API server alone makes of evictions
+# (the controller stopped); round wall and CPU time, API writes per round by kind,
 # the API server's requests by verb, the controller's RSS and Go heap, and
-# eviction times. About 8 minutes a size at 1,000 to 5,000 nodes on 2 cores;
+# eviction times. About 10 minutes a size at 1,000 to 5,000 nodes on 2 cores;
 # results in bin/bench-controller-runs/results.md. See bench/README.md.
 CONTROLLER_SIZES ?= 1000:20000,5000:20000,10000:50000
 CONTROLLER_FLAGS ?=

@@ -18,7 +18,11 @@
 //   - steady: a minute of unchanged load;
 //   - restart: the controller is stopped (SIGTERM) and a new one takes over;
 //   - loadstep: every service's load steps up so that every node's verdict
-//     changes and GPUs are owed on OWED nodes (2,000 at 5,000 nodes and up).
+//     changes and GPUs are owed on OWED nodes (2,000 at 5,000 nodes and up);
+//   - ceiling: the controller is stopped and the API server alone takes back
+//     10,000 fresh pods, 2,000 each way a reclaimer could (ceiling.go), so
+//     the load step's eviction rate can be read against what this
+//     machine's API server and etcd allow.
 //
 // It reports, per scenario: rounds, round wall time, the observe+plan CPU of
 // the round's thread (gleaner_controller_plan_cpu_seconds, from the
@@ -75,7 +79,7 @@ func main() {
 	flag.IntVar(&cfg.services, "services", 1000, "Inference services (at most one per node).")
 	flag.IntVar(&cfg.owed, "owed-nodes", 2000, "Nodes the load step makes owe GPUs (at most 2/5 of the nodes).")
 	flag.DurationVar(&cfg.steady, "steady", time.Minute, "Length of the steady-state window.")
-	flag.StringVar(&scenarios, "scenarios", "window,steady,restart,loadstep", "Scenarios to report (all run in order when later ones are asked for).")
+	flag.StringVar(&scenarios, "scenarios", "window,steady,restart,loadstep,ceiling", "Scenarios to report (all run in order when later ones are asked for).")
 	flag.StringVar(&extra, "controller-flags", "", "Extra gleaner-controller flags, space-separated.")
 	flag.Int64Var(&cfg.memoryLimit, "controller-memory-limit", 0, "Run the controller as in a container with this memory limit in bytes: GOMEMLIMIT at the fraction of it the controller sets itself (internal/memlimit). 0: no limit.")
 	flag.BoolVar(&cfg.profiles, "profiles", false, "Run the controller with --profiling and keep a CPU profile of the steady window and a heap profile at its end (steady-cpu.pprof, steady-heap.pprof).")
@@ -233,7 +237,7 @@ func runSize(parent context.Context, cfg config, sz size, w io.Writer) (rows []s
 		return rows, fmt.Errorf("no round in %s of steady state; see %s", cfg.steady, b.ctrl.log)
 	}
 
-	if !cfg.scenarios["restart"] && !cfg.scenarios["loadstep"] {
+	if !cfg.scenarios["restart"] && !cfg.scenarios["loadstep"] && !cfg.scenarios["ceiling"] {
 		return rows, nil
 	}
 	// restart: the successor campaigns once the first has released the Lease.
@@ -268,6 +272,13 @@ func runSize(parent context.Context, cfg config, sz size, w io.Writer) (rows []s
 	r = b.end(ctx, m)
 	r.extra = evictions
 	rows = append(rows, r.row())
+	if cfg.scenarios["ceiling"] {
+		line, err := b.ceiling(ctx)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, "\nEviction ceiling after the load step, "+line+".")
+	}
 	return rows, nil
 }
 
@@ -520,7 +531,7 @@ func (b *bench) window(ctx context.Context) ([]string, []string, error) {
 		return nil, rows, err
 	}
 	r := b.end(ctx, m)
-	r.extra = fmt.Sprintf("all %d nodes seen open %.1f s after the window opened", sz.nodes, openAt.Sub(opens).Seconds())
+	r.extra = fmt.Sprintf("all %d nodes seen open %.1f s after the window opened; %s", sz.nodes, openAt.Sub(opens).Seconds(), b.roundsApart(opens, time.Now()))
 	rows = append(rows, r.row())
 	// What gleaner-scheduler would place once the nodes are open: bound
 	// before the window, the pods would be reclaimed (nothing is lent outside it).
@@ -534,4 +545,33 @@ func (b *bench) window(ctx context.Context) ([]string, []string, error) {
 	}
 
 	return flags, rows, nil
+}
+
+// roundsApart says how far apart the controller's rounds planned from from to
+// to, and how many of them left verdicts that lend more to the next: while a
+// window's openings are written, a node that comes to owe GPUs is reclaimed
+// by the next round, first in its order (pkg/controller/writes.go), so the
+// gap between rounds is the most the openings can delay its evictions.
+func (b *bench) roundsApart(from, to time.Time) string {
+	lines, err := readLog(b.ctrl.log, "Planned round", "Left verdicts that lend more for the next round")
+	if err != nil {
+		return err.Error()
+	}
+	var last time.Time
+	var gap time.Duration
+	rounds, leaving, left := 0, 0, 0
+	for _, l := range within(lines, from, to) {
+		if l.msg != "Planned round" {
+			leaving++
+			left = max(left, int(l.float("nodes")))
+			continue
+		}
+		if !last.IsZero() {
+			gap = max(gap, l.at.Sub(last))
+		}
+		last = l.at
+		rounds++
+	}
+	return fmt.Sprintf("while they were written, %d rounds planned at most %.1f s apart, %d of them leaving openings to the next (at most %d nodes)",
+		rounds, gap.Seconds(), leaving, left)
 }

@@ -80,6 +80,8 @@ type mark struct {
 	pid   int
 	cpu   float64
 	api   requests
+	// the API server's, etcd's and vllm-sim's CPU seconds at the start
+	others [3]float64
 }
 
 // result is one scenario's figures.
@@ -90,7 +92,8 @@ type result struct {
 	roundP50, roundMax     float64 // seconds, wall
 	planP50, planMax       float64 // wall of observe+plan
 	planCPUP50, planCPUMax float64
-	processCPU             float64 // controller process CPU seconds per second
+	processCPU             float64    // controller process CPU seconds per second
+	othersCPU              [3]float64 // the API server's, etcd's and vllm-sim's
 	writes, requests       requests
 	rss, heap              float64
 	extra                  string
@@ -99,7 +102,7 @@ type result struct {
 func (b *bench) begin(name string) mark {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := mark{name: name, start: time.Now(), pid: b.ctrl.pid(), cpu: cpuSeconds(b.ctrl.pid())}
+	m := mark{name: name, start: time.Now(), pid: b.ctrl.pid(), cpu: cpuSeconds(b.ctrl.pid()), others: b.othersCPU()}
 	if mfs, err := scrape(ctx, b.cluster.host+"/metrics", b.cluster.token); err == nil {
 		m.api = apiRequests(mfs)
 	}
@@ -114,6 +117,9 @@ func (b *bench) end(ctx context.Context, m mark) result {
 		r.processCPU = (cpuSeconds(m.pid) - m.cpu) / r.window.Seconds()
 	} else {
 		r.processCPU = cpuSeconds(b.ctrl.pid()) / r.window.Seconds() // the successor, from its start
+	}
+	for i, c := range b.othersCPU() {
+		r.othersCPU[i] = (c - m.others[i]) / r.window.Seconds()
 	}
 	if mfs, err := scrape(ctx, b.cluster.host+"/metrics", b.cluster.token); err == nil {
 		r.requests = apiRequests(mfs).minus(m.api)
@@ -145,8 +151,14 @@ func (b *bench) end(ctx context.Context, m mark) result {
 	return r
 }
 
+// othersCPU is the CPU seconds the API server, etcd and vllm-sim have used:
+// what the controller's writes wait on shares the machine with them.
+func (b *bench) othersCPU() [3]float64 {
+	return [3]float64{cpuSeconds(b.cluster.api.pid()), cpuSeconds(b.cluster.etcd.pid()), cpuSeconds(b.sim.pid())}
+}
+
 func header() string {
-	return "| scenario | window | rounds | round wall p50 / max | observe+plan wall p50 / max | observe+plan CPU p50 / max | controller CPU | API writes per round, by kind | API requests by verb (window) | peak RSS | Go heap |\n" +
+	return "| scenario | window | rounds | round wall p50 / max | observe+plan wall p50 / max | observe+plan CPU p50 / max | controller CPU (API server, etcd, vllm-sim) | API writes per round, by kind | API requests by verb (window) | peak RSS | Go heap |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|"
 }
 
@@ -154,9 +166,9 @@ func ms(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) }
 
 func (r result) row() string {
 	perRound := float64(max(r.rounds, 1))
-	row := fmt.Sprintf("| %s | %.0f s | %d | %s / %s | %s / %s | %s / %s | %.2f cores | %s | %s | %.0f MiB | %.0f MiB |",
+	row := fmt.Sprintf("| %s | %.0f s | %d | %s / %s | %s / %s | %s / %s | %.2f cores (%.2f, %.2f, %.2f) | %s | %s | %.0f MiB | %.0f MiB |",
 		r.name, r.window.Seconds(), r.rounds, ms(r.roundP50), ms(r.roundMax), ms(r.planP50), ms(r.planMax),
-		ms(r.planCPUP50), ms(r.planCPUMax), r.processCPU, formatCounts(r.writes, perRound), formatCounts(r.requests.byVerb(), 1),
+		ms(r.planCPUP50), ms(r.planCPUMax), r.processCPU, r.othersCPU[0], r.othersCPU[1], r.othersCPU[2], formatCounts(r.writes, perRound), formatCounts(r.requests.byVerb(), 1),
 		r.rss/(1<<20), r.heap/(1<<20))
 	if r.extra != "" {
 		row += "\n|  | " + strings.ReplaceAll(r.extra, "|", "/") + " |||||||||"
