@@ -97,7 +97,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("generic").IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "Requests to the API server allowed in a burst above --kube-api-qps.")
 	nfs.FlagSet("generic").Float32Var(&f.reclaimAPIQPS, "reclaim-api-qps", 1000, "Requests per second for the writes inference waits on, Node verdicts and evictions, apart from --kube-api-qps so that nothing else queues ahead of them: a load step on 2,000 nodes writes about 4,000 within the reclaim budget. The API server's priority and fairness still applies.")
 	nfs.FlagSet("generic").IntVar(&f.reclaimAPIBurst, "reclaim-api-burst", 2000, "Verdicts and evictions allowed in a burst above --reclaim-api-qps.")
-	nfs.FlagSet("generic").IntVar(&f.cfg.WriteWorkers, "api-write-workers", 32, "Verdicts and evictions a round writes at once.")
+	nfs.FlagSet("generic").IntVar(&f.cfg.WriteWorkers, "api-write-workers", 128, "Verdicts and evictions a round writes at once. An eviction takes about 100 ms even at an API server with CPU to spare: 32 writers held one to about 300 evictions a second, 128 to 555 (bench/README.md).")
 	nfs.FlagSet("pool").StringVar(&f.poolSelector, "pool-selector", api.LabelPool+"="+api.PoolInference, "Label selector of the GPU nodes Gleaner may lend.")
 	nfs.FlagSet("pool").Int32Var(&f.threshold, "best-effort-priority-threshold", api.DefaultBestEffortPriorityThreshold, "Pods with a lower priority are best-effort.")
 	nfs.FlagSet("pool").StringVar(&f.gpuResource, "gpu-resource", string(api.GPUResource), "Extended resource name of the GPUs lent.")
