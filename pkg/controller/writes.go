@@ -119,8 +119,9 @@ type eviction struct {
 
 // reclaimOwed takes back what each node owes, its verdict first (step 1). The
 // pods are chosen as reclaim.Take chooses them; when an eviction is refused
-// (a PodDisruptionBudget), Take chooses again, without that pod's unit, for
-// what its node still owes. It returns the evictions made, the verdict
+// (a PodDisruptionBudget, or any answer but throttling or a timeout: see
+// evict.Undecided), Take chooses again, without that pod's unit, for what
+// its node still owes. It returns the evictions made, the verdict
 // errors and the eviction errors.
 func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node, d round.Decision) (done []eviction, verdictErrs, evictErrs []error) {
 	plan := map[string][]reclaim.Candidate{}
@@ -152,6 +153,8 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			mu.Lock()
 			switch {
 			case cut: // not refused: evicted next round if still owed
+				evictErrs = append(evictErrs, err)
+			case evict.Undecided(err): // throttled or timed out: the same, and it may have gone
 				evictErrs = append(evictErrs, err)
 			case err != nil:
 				refused = append(refused, m.Pod)

@@ -108,6 +108,19 @@ func (e *Evictor) Evict(ctx context.Context, c reclaim.Candidate, why string) er
 	}
 }
 
+// Undecided reports whether err says the API server judged no eviction: it
+// throttled it (a 429 without a budget's cause), timed out, or was
+// unavailable. The pod may still go, or be gone already (a request that
+// timed out may have been carried out), so it is no refusal: no other pod is
+// taken in its place, and the next round tries it again if it is still owed.
+func Undecided(err error) bool {
+	if err == nil || RefusedByBudget(err) {
+		return false
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // multipleBudgets is what the API server answers, with a 500, to an eviction
 // of a pod that more than one PodDisruptionBudget selects: it never allows
 // one, whatever the budgets say (pkg/registry/core/pod/storage/eviction.go).

@@ -3,6 +3,7 @@ package evict
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -604,5 +605,31 @@ func TestPruneForgetsGonePods(t *testing.T) {
 	}
 	if _, ok := e.refusals["u-gone"]; ok {
 		t.Error("the gone pod's refusal was kept")
+	}
+}
+
+// Only an eviction the API server did not judge is undecided: a budget's
+// refusal, a pod gone and any other answer are decided.
+func TestUndecided(t *testing.T) {
+	refused := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	refused.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause}}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"none", nil, false},
+		{"a budget's refusal", refused, false},
+		{"gone", apierrors.NewNotFound(v1.Resource("pods"), "p"), false},
+		{"forbidden", apierrors.NewForbidden(v1.Resource("pods"), "p", errors.New("denied")), false},
+		{"an internal error", apierrors.NewInternalError(errors.New("boom")), false},
+		{"throttled", apierrors.NewTooManyRequests("slow down", 1), true},
+		{"the call's timeout", fmt.Errorf("evicting r/p: %w", context.DeadlineExceeded), true},
+		{"the server's timeout", apierrors.NewServerTimeout(policyv1.Resource("evictions"), "create", 1), true},
+		{"unavailable", apierrors.NewServiceUnavailable("shutting down"), true},
+	} {
+		if got := Undecided(tt.err); got != tt.want {
+			t.Errorf("%s: Undecided = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
