@@ -572,6 +572,6 @@ func (b *bench) roundsApart(from, to time.Time) string {
 		last = l.at
 		rounds++
 	}
-	return fmt.Sprintf("while they were written, %d rounds planned at most %.1f s apart, %d of them leaving openings to the next (at most %d nodes)",
+	return fmt.Sprintf("from the window's opening to this row's end, %d rounds planned at most %.1f s apart, %d of them leaving openings to the next (at most %d nodes)",
 		rounds, gap.Seconds(), leaving, left)
 }

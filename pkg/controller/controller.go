@@ -84,9 +84,10 @@ type Config struct {
 	// PodDisruptionBudget) before it is deleted without the budget's check.
 	// Default: MaxReclaimGrace.
 	PDBWait time.Duration
-	// WriteWorkers is how many verdicts and evictions a round writes at
-	// once. Default 128: an eviction takes about 100 ms even at an API
-	// server with CPU to spare, so writers, not the server, paced 32.
+	// WriteWorkers is how many writes (verdicts, evictions, availability)
+	// a round makes at once. Default 128: each eviction waits on the API
+	// server even when it has CPU to spare, so 32 writers, not the server,
+	// paced a test cluster's evictions (bench/README.md).
 	WriteWorkers int
 	// ReclaimClient makes the writes inference waits on: verdicts and
 	// evictions. Nil: the client. gleaner-controller gives it a rate limit of
