@@ -333,60 +333,33 @@ func TestEvictionsWaitForTheirNodesVerdict(t *testing.T) {
 	}
 }
 
-// A refused eviction makes the choice again among the other pods, in the same round.
-func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
-	tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
-	tc.set(t, testobj.Node("a", 12),
-		testobj.Inference("serving", "chat-0", "chat", "a", 4),
-		testobj.BestEffort("research", "shielded", "a", 4, t0.Add(-time.Minute)), // the cheapest to evict
-		testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
-		chat(1, nil))
-	tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name == "shielded" {
-			return true, nil, budgetRefusal()
-		}
-		return false, nil, nil
-	})
-	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
-	writes, err := tc.sync(t, t0)
-	if err == nil {
-		t.Fatal("a refused eviction is not reported")
-	}
-	if want := []string{"patch nodes a", "create pods/eviction shielded", "create pods/eviction other"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
-		t.Fatalf("writes %v, want %v", writes, want)
-	}
-}
-
-// budgetRefusal is the API server's answer to an eviction a
-// PodDisruptionBudget does not allow.
-func budgetRefusal() error {
-	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget never needs 1 healthy pods and has 1 currently"}}
-	return err
-}
-
-// An eviction the API server did not judge (throttled, timed out) is no
-// refusal: no other pod is taken in its place that round. One that timed out
+// A refused eviction makes the choice again among the other pods, in the
+// same round. One the API server did not judge (throttled, timed out) is no
+// refusal: no other pod is taken in its place that round; one that timed out
 // may have been carried out, and a stand-in would take two pods for one.
-func TestSyncTakesNoOtherPodForAnUndecidedEviction(t *testing.T) {
+func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
+	refused := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	refused.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget never needs 1 healthy pods and has 1 currently"}}
 	for _, tt := range []struct {
-		name string
-		err  error
+		name       string
+		err        error
+		standInToo bool
 	}{
-		{"throttled", apierrors.NewTooManyRequests("the server has received too many requests", 1)},
-		{"the call's own timeout", fmt.Errorf("waiting: %w", context.DeadlineExceeded)},
-		{"the server's timeout", apierrors.NewServerTimeout(policyv1.Resource("evictions"), "create", 1)},
-		{"unavailable", apierrors.NewServiceUnavailable("apiserver is shutting down")},
+		{"refused by a budget", refused, true},
+		{"throttled", apierrors.NewTooManyRequests("the server has received too many requests", 1), false},
+		{"the call's own timeout", fmt.Errorf("waiting: %w", context.DeadlineExceeded), false},
+		{"the server's timeout", apierrors.NewServerTimeout(policyv1.Resource("evictions"), "create", 1), false},
+		{"unavailable", apierrors.NewServiceUnavailable("apiserver is shutting down"), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
 			tc.set(t, testobj.Node("a", 12),
 				testobj.Inference("serving", "chat-0", "chat", "a", 4),
-				testobj.BestEffort("research", "slow", "a", 4, t0.Add(-time.Minute)), // the cheapest to evict
+				testobj.BestEffort("research", "shielded", "a", 4, t0.Add(-time.Minute)), // the cheapest to evict
 				testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
 				chat(1, nil))
 			tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				if a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name == "slow" {
+				if a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name == "shielded" {
 					return true, nil, tt.err
 				}
 				return false, nil, nil
@@ -396,8 +369,12 @@ func TestSyncTakesNoOtherPodForAnUndecidedEviction(t *testing.T) {
 			if err == nil {
 				t.Fatal("an eviction that failed is not reported")
 			}
-			if want := []string{"patch nodes a", "create pods/eviction slow"}; !reflect.DeepEqual(only(writes, "nodes", "pods/eviction"), want) {
-				t.Fatalf("writes %v, want %v: no other pod in its place", writes, want)
+			want := []string{"patch nodes a", "create pods/eviction shielded"}
+			if tt.standInToo {
+				want = append(want, "create pods/eviction other")
+			}
+			if got := only(writes, "nodes", "pods/eviction"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("writes %v, want %v", got, want)
 			}
 		})
 	}
