@@ -338,29 +338,31 @@ func TestEvictionsWaitForTheirNodesVerdict(t *testing.T) {
 // refusal: no other pod is taken in its place that round; one that timed out
 // may have been carried out, and a stand-in would take two pods for one.
 func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
-	refused := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-	refused.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget never needs 1 healthy pods and has 1 currently"}}
+	refused := budgetRefusal()
+	throttled := apierrors.NewTooManyRequests("the server has received too many requests", 1)
 	for _, tt := range []struct {
-		name       string
-		err        error
-		standInToo bool
+		name    string
+		errs    map[string]error // by pod
+		evicted []string         // tried, in order
 	}{
-		{"refused by a budget", refused, true},
-		{"throttled", apierrors.NewTooManyRequests("the server has received too many requests", 1), false},
-		{"the call's own timeout", fmt.Errorf("waiting: %w", context.DeadlineExceeded), false},
-		{"the server's timeout", apierrors.NewServerTimeout(policyv1.Resource("evictions"), "create", 1), false},
-		{"unavailable", apierrors.NewServiceUnavailable("apiserver is shutting down"), false},
+		{"refused by a budget", map[string]error{"shielded": refused}, []string{"shielded", "other"}},
+		{"throttled", map[string]error{"shielded": throttled}, []string{"shielded"}},
+		{"the call's own timeout", map[string]error{"shielded": fmt.Errorf("waiting: %w", context.DeadlineExceeded)}, []string{"shielded"}},
+		{"the server's timeout", map[string]error{"shielded": apierrors.NewServerTimeout(policyv1.Resource("evictions"), "create", 1)}, []string{"shielded"}},
+		{"unavailable", map[string]error{"shielded": apierrors.NewServiceUnavailable("apiserver is shutting down")}, []string{"shielded"}},
+		{"refused, and the pod in its place throttled", map[string]error{"shielded": refused, "other": throttled}, []string{"shielded", "other"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
-			tc.set(t, testobj.Node("a", 12),
+			tc.set(t, testobj.Node("a", 16),
 				testobj.Inference("serving", "chat-0", "chat", "a", 4),
 				testobj.BestEffort("research", "shielded", "a", 4, t0.Add(-time.Minute)), // the cheapest to evict
 				testobj.BestEffort("research", "other", "a", 4, t0.Add(-time.Hour)),
+				testobj.BestEffort("research", "third", "a", 4, t0.Add(-2*time.Hour)),
 				chat(1, nil))
 			tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				if a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name == "shielded" {
-					return true, nil, tt.err
+				if err := tt.errs[a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name]; err != nil {
+					return true, nil, err
 				}
 				return false, nil, nil
 			})
@@ -369,14 +371,52 @@ func TestSyncEvictsAnotherPodWhenOneIsRefused(t *testing.T) {
 			if err == nil {
 				t.Fatal("an eviction that failed is not reported")
 			}
-			want := []string{"patch nodes a", "create pods/eviction shielded"}
-			if tt.standInToo {
-				want = append(want, "create pods/eviction other")
+			want := []string{"patch nodes a"}
+			for _, p := range tt.evicted {
+				want = append(want, "create pods/eviction "+p)
 			}
 			if got := only(writes, "nodes", "pods/eviction"); !reflect.DeepEqual(got, want) {
 				t.Fatalf("writes %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// budgetRefusal is the API server's answer to an eviction a
+// PodDisruptionBudget does not allow.
+func budgetRefusal() error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget never needs 1 healthy pods and has 1 currently"}}
+	return err
+}
+
+// The second choice a refusal on one node makes does not try again, or
+// replace, an eviction another node's round left undecided.
+func TestARefusalDoesNotRetryAnotherNodesUndecidedEviction(t *testing.T) {
+	refused := budgetRefusal()
+	tc := newTestCluster(t, Config{WriteWorkers: 1, Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+	tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Node("c", 4),
+		testobj.Inference("serving", "chat-0", "chat", "c", 4),
+		testobj.BestEffort("research", "slow-a", "a", 4, t0.Add(-time.Minute)),
+		testobj.BestEffort("research", "spare-a", "a", 4, t0.Add(-time.Hour)),
+		testobj.BestEffort("research", "shielded-b", "b", 4, t0.Add(-time.Minute)),
+		testobj.BestEffort("research", "spare-b", "b", 4, t0.Add(-time.Hour)),
+		chat(1, nil))
+	errs := map[string]error{"slow-a": apierrors.NewTooManyRequests("the server has received too many requests", 1), "shielded-b": refused}
+	tc.client.PrependReactor("create", "pods/eviction", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if err := errs[a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name]; err != nil {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+	tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 40, 4)} // three more replicas: a owes 8, b 4
+	writes, err := tc.sync(t, t0)
+	if err == nil {
+		t.Fatal("the failed evictions are not reported")
+	}
+	want := []string{"patch nodes a", "create pods/eviction slow-a", "create pods/eviction spare-a", "patch nodes b", "create pods/eviction shielded-b", "create pods/eviction spare-b"}
+	if got := only(writes, "nodes", "pods/eviction"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes %v, want %v: slow-a tried once, spare-b in shielded-b's place", got, want)
 	}
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,7 +133,12 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 	var (
 		mu      sync.Mutex
 		refused []*v1.Pod
-		blocked = map[string]bool{}
+		// undecided: evictions cut off by the round's deadline, throttled
+		// or timed out (evict.Undecided). Not refused: no other pod is
+		// taken in their place this round (a timed-out one may have been
+		// carried out), and the next round tries them again if still owed.
+		undecided []eviction
+		blocked   = map[string]bool{}
 	)
 	verdictErrs = c.parallel(ctx, len(d.Reclaims), func(ctx context.Context, i int) error {
 		o := d.Reclaims[i]
@@ -152,9 +158,8 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 			cut := err != nil && cutOff(ctx, err)
 			mu.Lock()
 			switch {
-			case cut: // not refused: evicted next round if still owed
-				evictErrs = append(evictErrs, err)
-			case evict.Undecided(err): // throttled or timed out: the same, and it may have gone
+			case cut || evict.Undecided(err):
+				undecided = append(undecided, eviction{m, o})
 				evictErrs = append(evictErrs, err)
 			case err != nil:
 				refused = append(refused, m.Pod)
@@ -178,13 +183,14 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 	if len(refused) == 0 || ctx.Err() != nil {
 		return done, verdictErrs, evictErrs
 	}
-	// Again for what is still owed, without the pods gone and the units
-	// refused; one at a time, as refusals are rare.
+	// Again for what is still owed, without the pods gone, those undecided
+	// and the units refused; one at a time, as refusals are rare.
+	tried := append(slices.Clip(done), undecided...)
 	gone := map[types.UID]bool{}
-	for _, e := range done {
+	for _, e := range tried {
 		gone[e.pod.Pod.UID] = true
 	}
-	freed := freedOn(done)
+	freed := freedOn(tried)
 	var again []reclaim.Owed
 	for _, o := range d.Reclaims {
 		if left := o.GPUs - freed[o.Node]; left > 0 && !blocked[o.Node] {
@@ -201,9 +207,13 @@ func (c *Controller) reclaimOwed(ctx context.Context, nodes map[string]*v1.Node,
 	_, _, errs := reclaim.Take(again, rest, func(m reclaim.Candidate, o reclaim.Owed) error {
 		err := c.evictor.Evict(ctx, m, o.Why)
 		countEviction(err)
-		if err == nil {
+		switch {
+		case err == nil:
 			logEviction(ctx, m, o)
 			done = append(done, eviction{m, o})
+		case cutOff(ctx, err) || evict.Undecided(err):
+			evictErrs = append(evictErrs, err)
+			return nil // not refused: Take takes no other pod in its place
 		}
 		return err
 	})
