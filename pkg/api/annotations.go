@@ -46,6 +46,16 @@ func LastCheckpointPatch(t time.Time) []byte {
 	return annotationPatch(AnnotationLastCheckpoint, FormatTime(t))
 }
 
+// CheckpointPatch is the JSON merge patch recording a checkpoint at t on a
+// pod, and that its saves take up to took (AnnotationSaveDuration, rounded
+// up to a tenth of a second).
+func CheckpointPatch(t time.Time, took time.Duration) []byte {
+	took = (max(took, 0) + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		AnnotationLastCheckpoint: FormatTime(t), AnnotationSaveDuration: took.String()}}})
+	return patch
+}
+
 // ReclaimNoticePatch is the JSON merge patch that gives a pod a reclaim
 // notice for at, or withdraws it (the zero time).
 func ReclaimNoticePatch(at time.Time) []byte {

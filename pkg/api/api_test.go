@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 
 	"strings"
@@ -30,6 +31,44 @@ func TestCheckpointInterval(t *testing.T) {
 	}
 	if _, ok := CheckpointInterval(&v1.Pod{}); ok {
 		t.Error("a pod without the annotation declares an interval")
+	}
+}
+
+// A pod's declared save duration is read only when it is a duration that is
+// not negative and short enough to be one: anything else is ignored, and what
+// CheckpointPatch writes reads back, rounded up to a tenth of a second.
+func TestSaveDuration(t *testing.T) {
+	for raw, want := range map[string]time.Duration{
+		"25s": 25 * time.Second, "1.5s": 1500 * time.Millisecond, "0s": 0, "3m": 3 * time.Minute,
+		"-1s": -1, "soon": -1, "": -1, "25": -1, "1s" + strings.Repeat("0", 40): -1,
+	} {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSaveDuration: raw}}}
+		got, ok := SaveDuration(pod)
+		if ok != (want >= 0) || ok && got != want {
+			t.Errorf("%q: %v, %v; want %v", raw, got, ok, want)
+		}
+	}
+	if _, ok := SaveDuration(&v1.Pod{}); ok {
+		t.Error("a pod without the annotation declares a save duration")
+	}
+	at := time.Date(2026, 12, 7, 6, 30, 0, 0, time.UTC)
+	for took, want := range map[time.Duration]time.Duration{
+		22500 * time.Millisecond: 22500 * time.Millisecond, 1234 * time.Millisecond: 1300 * time.Millisecond,
+		0: 0, -time.Second: 0, 2 * time.Minute: 2 * time.Minute,
+	} {
+		var patched struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := json.Unmarshal(CheckpointPatch(at, took), &patched); err != nil {
+			t.Fatal(err)
+		}
+		pod := &v1.Pod{ObjectMeta: patched.Metadata}
+		if got, ok := SaveDuration(pod); !ok || got != want {
+			t.Errorf("CheckpointPatch(%v) reads back as %v, %v; want %v", took, got, ok, want)
+		}
+		if got, ok := LastCheckpoint(pod); !ok || !got.Equal(at) {
+			t.Errorf("CheckpointPatch(%v) records the checkpoint at %v, %v; want %v", took, got, ok, at)
+		}
 	}
 }
 

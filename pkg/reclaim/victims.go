@@ -5,6 +5,7 @@
 package reclaim
 
 import (
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -46,6 +47,11 @@ type Candidate struct {
 	// seconds after the eviction, when the replica the notice made room for
 	// is waiting.
 	Saved bool
+	// SavesInGrace: the pod declares how long its saves take
+	// (api.SaveDuration), and that and SavedGrace to exit fit its capped
+	// grace period: taken at any time, it saves what it has done within the
+	// grace period it is given. A notice's time need not hold it.
+	SavesInGrace bool
 	// Quorum is, for a gang member, the members its gang needs to keep
 	// running (its PodGroup's minMember or native minCount, read by
 	// evict.GangQuorum): a gang with more
@@ -82,13 +88,35 @@ func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 const SavedGrace = 10 * time.Second
 
 // EvictionGrace is the grace period the reclaimer gives c: its capped grace,
-// or SavedGrace when it is shorter and c saved for its notice.
+// or, when shorter, SavedGrace if c saved for its notice, else the time its
+// saves take (api.SaveDuration) and SavedGrace to exit, to the next whole
+// second. A pod's declared save duration can only shorten its own grace.
 func (c Candidate) EvictionGrace(maxGrace time.Duration) time.Duration {
+	g, _ := c.evictionGrace(maxGrace)
+	return g
+}
+
+// GraceReason says why EvictionGrace gives c less than its capped grace
+// ("" when it does not).
+func (c Candidate) GraceReason(maxGrace time.Duration) string {
+	_, why := c.evictionGrace(maxGrace)
+	return why
+}
+
+func (c Candidate) evictionGrace(maxGrace time.Duration) (time.Duration, string) {
 	g := CappedGrace(c.Pod, maxGrace)
 	if c.Saved {
-		g = min(g, SavedGrace)
+		if SavedGrace < g {
+			return SavedGrace, "it saved for its reclaim notice"
+		}
+		return g, ""
 	}
-	return g
+	if d, ok := api.SaveDuration(c.Pod); ok {
+		if s := (d + SavedGrace + time.Second - 1).Truncate(time.Second); s < g {
+			return s, fmt.Sprintf("its saves take %v, and %v to exit", d, SavedGrace)
+		}
+	}
+	return g, ""
 }
 
 // AskedToStop is when the API server says a terminating pod was asked to
@@ -129,6 +157,8 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 // server's clock).
 func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGrace time.Duration, t *Terminations) Candidate {
 	gpus := api.PodGPUs(pod, gpuResource)
+	save, declared := api.SaveDuration(pod)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
-		Overdue: pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace)}
+		Overdue:      pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace),
+		SavesInGrace: declared && save+SavedGrace <= CappedGrace(pod, maxGrace)}
 }

@@ -64,6 +64,53 @@ func TestLostWork(t *testing.T) {
 // has not started loses nothing", for a pod that carries a checkpoint annotation
 // (e.g. copied from its template by a job that resumes from a checkpoint) but has
 // no status.startTime yet.
+// A reclaim's grace period: the pod's own, capped; SavedGrace for a pod that
+// saved for its notice; the time its saves take and SavedGrace to exit for
+// one that declares it, to the whole second. Neither lengthens a grace
+// period, and what a tenant writes unreadably changes nothing.
+func TestEvictionGrace(t *testing.T) {
+	grace := func(seconds int64, save string) *v1.Pod {
+		p := pod("job", now, "")
+		if seconds >= 0 {
+			p.Spec.TerminationGracePeriodSeconds = &seconds
+		}
+		if save != "" {
+			p.Annotations = map[string]string{api.AnnotationSaveDuration: save}
+		}
+		return p
+	}
+	for _, tt := range []struct {
+		name  string
+		pod   *v1.Pod
+		saved bool
+		want  time.Duration
+		why   string
+	}{
+		{"its own", grace(90, ""), false, 90 * time.Second, ""},
+		{"capped", grace(600, ""), false, 120 * time.Second, ""},
+		{"unset: the API server's 30 s", grace(-1, ""), false, 30 * time.Second, ""},
+		{"saved for its notice", grace(120, ""), true, SavedGrace, "it saved for its reclaim notice"},
+		{"saved, with a grace shorter than SavedGrace", grace(3, ""), true, 3 * time.Second, ""},
+		{"declares its saves take 22.5 s", grace(120, "22.5s"), false, 33 * time.Second, "its saves take 22.5s, and 10s to exit"},
+		{"declares 0 s", grace(120, "0s"), false, SavedGrace, "its saves take 0s, and 10s to exit"},
+		{"saved and declares: SavedGrace", grace(120, "22.5s"), true, SavedGrace, "it saved for its reclaim notice"},
+		{"declares more than its grace: no longer", grace(120, "5m"), false, 120 * time.Second, ""},
+		{"declares more than the cap: the cap", grace(600, "115s"), false, 120 * time.Second, ""},
+		{"declares nonsense: its grace", grace(120, "-20s"), false, 120 * time.Second, ""},
+		{"declares without a unit: its grace", grace(120, "20"), false, 120 * time.Second, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Candidate{Pod: tt.pod, Saved: tt.saved}
+			if got := c.EvictionGrace(DefaultMaxGrace); got != tt.want {
+				t.Errorf("EvictionGrace = %v, want %v", got, tt.want)
+			}
+			if got := c.GraceReason(DefaultMaxGrace); got != tt.why {
+				t.Errorf("GraceReason = %q, want %q", got, tt.why)
+			}
+		})
+	}
+}
+
 func TestLostWorkUnstartedWithCheckpoint(t *testing.T) {
 	p := pod("p", time.Time{}, rfc(now.Add(-time.Hour)))
 	if got := LostWork(p, 2, now); got != 0 {
@@ -107,6 +154,30 @@ func TestNewCandidate(t *testing.T) {
 				t.Errorf("LostWork = %v, want %v", c.LostWork, tt.wantLost)
 			}
 		})
+	}
+}
+
+// A candidate saves in its grace period when its declared save and
+// SavedGrace to exit fit its own grace period, capped.
+func TestSavesInGrace(t *testing.T) {
+	for _, tt := range []struct {
+		grace int64 // seconds; -1: unset (30 s)
+		save  string
+		want  bool
+	}{
+		{120, "22.5s", true}, {120, "110s", true}, {120, "110.5s", false}, {600, "115s", false},
+		{-1, "20s", true}, {-1, "21s", false}, {120, "", false}, {120, "soon", false},
+	} {
+		p := gpuPod("a", 1, now.Add(-time.Minute))
+		if tt.grace >= 0 {
+			p.Spec.TerminationGracePeriodSeconds = &tt.grace
+		}
+		if tt.save != "" {
+			p.Annotations = map[string]string{api.AnnotationSaveDuration: tt.save}
+		}
+		if got := NewCandidate(p, api.GPUResource, now, DefaultMaxGrace, nil).SavesInGrace; got != tt.want {
+			t.Errorf("grace %d s, saves in %q: SavesInGrace = %v, want %v", tt.grace, tt.save, got, tt.want)
+		}
 	}
 }
 

@@ -182,7 +182,9 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 }
 
 // holdNoticed keeps this round from evicting a pod before the time its notice
-// gave, unless inference already needs its GPUs: the GPUs its node owes to
+// gave, unless inference already needs its GPUs or the pod saves within the
+// grace period it would be given (reclaim.Candidate.SavesInGrace: held, it
+// would only keep a replica waiting): the GPUs its node owes to
 // what the services need for their load now (forecast aside) are taken from
 // the pods without a standing notice first, then from the noticed ones, and
 // only what that leaves is held. A held pod's node owes that much less for
@@ -198,7 +200,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	var held []Notice
 	holdable := func(c reclaim.Candidate) bool {
 		g, ok := p.given[c.Pod.UID]
-		return ok && g.At.After(v.now) && api.GangKey(c.Pod) == ""
+		return ok && g.At.After(v.now) && api.GangKey(c.Pod) == "" && !c.SavesInGrace
 	}
 	for {
 		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {

@@ -192,6 +192,23 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 		t.Fatalf("victims %v, warned %v: want train, warned since the first notice (by %v)", got, d.Warned, last)
 	}
 
+	// A pod whose declared save fits the grace period the reclaimer gives
+	// it is not held: taken at once, it saves on SIGTERM what it has done,
+	// and the lead's replica gets its GPUs 3 minutes sooner.
+	p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+	lent.SavesInGrace = true
+	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+	}
+	if len(d.Notices) != 1 || len(d.Victims) != 0 {
+		t.Fatalf("notices %+v, victims %v: want train noticed and not evicted yet", d.Notices, names(d.Victims))
+	}
+	d = plan(last.Add(time.Minute), 15)
+	if got := names(d.Victims); !reflect.DeepEqual(got, []string{"train"}) {
+		t.Fatalf("victims %v, want train, evicted once the lead needs its GPUs", got)
+	}
+	lent.SavesInGrace = false
+
 	// Load recedes: no horizon needs the GPUs, and the notice is gone.
 	p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 	for i, load := range []float64{10, 10.5, 11, 11.5, 12, 8, 6, 4, 4, 4, 4, 4, 4} {

@@ -101,6 +101,14 @@ func withGrace(p *v1.Pod, seconds int64) *v1.Pod {
 	return p
 }
 
+func withSave(p *v1.Pod, took string) *v1.Pod {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[api.AnnotationSaveDuration] = took
+	return p
+}
+
 func pending(p *v1.Pod) *v1.Pod {
 	p.UID = types.UID("uid-" + p.Name)
 	return p
@@ -363,6 +371,14 @@ func TestFrameworkPostFilter(t *testing.T) {
 			withGrace(bound(runningPod("slow-to-stop", be, 8, time.Minute, 0), "n1"), 3600),
 		},
 		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"slow-to-stop"}, regraced: []string{"slow-to-stop=120"}},
+	}, {
+		name:  "a victim that declares its saves take 20 s is deleted again with 30 s",
+		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),
+		nodes: []*v1.Node{gpuNode("n1")},
+		pods: []*v1.Pod{
+			withSave(withGrace(bound(runningPod("quick-to-save", be, 8, time.Minute, 0), "n1"), 120), "20s"),
+		},
+		want: postFilterResult{nominated: "n1", code: fwk.Success, deleted: []string{"quick-to-save"}, regraced: []string{"quick-to-save=30"}},
 	}, {
 		name:  "inference never preempts pods that are not best-effort",
 		pod:   pending(runningPod("vllm", inf, 4, 0, 0)),

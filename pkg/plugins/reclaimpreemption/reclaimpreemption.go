@@ -401,10 +401,12 @@ func (pl *ReclaimPreemption) moreWorkToLose(a, b []fwk.PodInfo) (more, decided b
 	return la > lb, la != lb
 }
 
-// capGrace deletes a victim whose own grace period exceeds the cap again, with
-// the cap, so it is gone within it.
+// capGrace deletes a victim again with the grace period a reclaim gives it
+// (reclaim.Candidate.EvictionGrace: its own, capped, or the time it declares
+// its saves take and SavedGrace to exit) when that is shorter than its own,
+// so it is gone within it: inference is waiting for its GPUs now.
 func (pl *ReclaimPreemption) capGrace(ctx context.Context, victim *v1.Pod) error {
-	grace := reclaim.CappedGrace(victim, pl.maxGrace)
+	grace := reclaim.Candidate{Pod: victim}.EvictionGrace(pl.maxGrace)
 	if reclaim.Grace(victim) <= grace {
 		return nil
 	}

@@ -65,8 +65,9 @@ func (e *Evictor) maxGrace() time.Duration {
 }
 
 // Evict asks the API server to evict c's pod with the pod's own grace
-// period, so it can checkpoint, capped at MaxGrace (SavedGrace for a pod that
-// saved for its notice: Candidate.EvictionGrace), and records an Event on the
+// period, so it can checkpoint, capped at MaxGrace (shorter for a pod that
+// saved for its notice or declares how long its saves take:
+// Candidate.EvictionGrace), and records an Event on the
 // pod naming why. A pod already gone is not an error. A pod whose evictions
 // have been refused for PDBWait is deleted instead (see Evictor).
 func (e *Evictor) Evict(ctx context.Context, c reclaim.Candidate, why string) error {
@@ -83,11 +84,11 @@ func (e *Evictor) Evict(ctx context.Context, c reclaim.Candidate, why string) er
 	err := e.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, eviction)
 	switch {
 	case err == nil:
-		saved := ""
-		if c.Saved && time.Duration(grace)*time.Second < reclaim.CappedGrace(pod, e.maxGrace()) {
-			saved = " (it saved for its reclaim notice)"
+		because := ""
+		if r := c.GraceReason(e.maxGrace()); r != "" {
+			because = " (" + r + ")"
 		}
-		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds%s to return GPUs to inference: %s", grace, saved, why)
+		e.Recorder.Eventf(pod, v1.EventTypeWarning, reclaim.ReasonReclaimed, "Evicted by gleaner-controller with a grace period of %ds%s to return GPUs to inference: %s", grace, because, why)
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil

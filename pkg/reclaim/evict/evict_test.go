@@ -133,6 +133,9 @@ func (c *cluster) evictions(t *testing.T) []string {
 
 func TestEvict(t *testing.T) {
 	stored := pod("job", now, "")
+	declared := pod("declared", now, "")
+	declared.Annotations = map[string]string{api.AnnotationSaveDuration: "24.2s"}
+	declared.Spec.TerminationGracePeriodSeconds = new(int64(120))
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
@@ -141,6 +144,7 @@ func TestEvict(t *testing.T) {
 		fail       []string
 		wantErr    func(error) bool // nil: no error
 		wantEvents []string         // "type reason" prefixes
+		wantSays   string           // in the eviction's Event
 	}{
 		{
 			name:       "evicted",
@@ -152,6 +156,12 @@ func TestEvict(t *testing.T) {
 			pod:        stored,
 			saved:      true,
 			wantEvents: []string{"Warning " + reclaim.ReasonReclaimed},
+		},
+		{
+			name:       "declares how long its saves take: that and 10 s, and the Event says why",
+			pod:        declared,
+			wantEvents: []string{"Warning " + reclaim.ReasonReclaimed},
+			wantSays:   "grace period of 35s (its saves take 24.2s, and 10s to exit)",
 		},
 		{
 			name: "already gone is not an error and records nothing",
@@ -173,7 +183,7 @@ func TestEvict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCluster(t, []*v1.Pod{stored}, tt.refuse, tt.fail)
+			c := newCluster(t, []*v1.Pod{stored, declared}, tt.refuse, tt.fail)
 			c.saved = map[string]bool{tt.pod.Name: tt.saved}
 			err := c.evictor.Evict(context.Background(), reclaim.Candidate{Pod: tt.pod, Saved: tt.saved}, "inference needs node-1")
 			switch {
@@ -195,6 +205,9 @@ func TestEvict(t *testing.T) {
 				}
 				if strings.HasPrefix(e, "Warning "+reclaim.ReasonReclaimed+" ") && !strings.Contains(e, "inference needs node-1") {
 					t.Errorf("event %q does not say why", e)
+				}
+				if tt.wantSays != "" && !strings.Contains(e, tt.wantSays) {
+					t.Errorf("event %q does not say %q", e, tt.wantSays)
 				}
 				if saidSaved := strings.Contains(e, "saved for its reclaim notice"); saidSaved != tt.saved {
 					t.Errorf("event %q: says it saved for its notice = %v, want %v", e, saidSaved, tt.saved)
