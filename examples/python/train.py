@@ -22,9 +22,12 @@ repeat none:
   that checkpoint instead of saving again; one withdrawn before then costs
   nothing.
 - After each checkpoint: its time in the pod's gleaner.dev/last-checkpoint
-  annotation, through the API with the pod's service account, so the
-  reclaimer takes the pods that lose the least work first. A pod that may
-  not do that (no token, no RBAC) trains on all the same.
+  annotation, and the longest any save of this run took in
+  gleaner.dev/save-duration, through the API with the pod's service account,
+  so the reclaimer takes the pods that lose the least work first and gives a
+  pod it must take at once that long (and 10 s to exit) rather than its
+  whole grace period. A pod that may not do that (no token, no RBAC) trains
+  on all the same.
 
 A checkpoint holds the number of steps completed, so a resumed run starts at
 the first step that did not run. Each step prints one line, `step=N
@@ -43,6 +46,7 @@ It uses nothing but PyTorch and Python's standard library.
 import argparse
 import datetime
 import json
+import math
 import os
 import random
 import signal
@@ -57,6 +61,7 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM: what a preempted step exits with
 EXIT_USAGE = 2
 NOTICE_KEY = "gleaner.dev/reclaim-notice"
 LAST_CHECKPOINT_KEY = "gleaner.dev/last-checkpoint"
+SAVE_DURATION_KEY = "gleaner.dev/save-duration"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # torch.load(weights_only=True) runs no code from the file, and is the default
 # from PyTorch 2.6. PyTorch 1.x's restricted loader cannot read Python floats
@@ -208,8 +213,9 @@ class NoticeTimer:
         return False
 
 
-def record_checkpoint(when, service_account_dir):
-    """Write the checkpoint's time into this pod's last-checkpoint annotation.
+def record_checkpoint(when, took, service_account_dir):
+    """Write the checkpoint's time into this pod's last-checkpoint annotation,
+    and took (seconds, the longest save so far) into its save-duration one.
 
     Best effort: outside a cluster, without a token or without the RBAC to
     patch pods it logs why and returns; the checkpoint stands either way.
@@ -227,7 +233,9 @@ def record_checkpoint(when, service_account_dir):
         if ":" in host:
             host = f"[{host}]"  # IPv6
         stamp = datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = json.dumps({"metadata": {"annotations": {LAST_CHECKPOINT_KEY: stamp}}}).encode()
+        # A Go duration, rounded up to a tenth of a second.
+        save = f"{math.ceil(took * 10) / 10:.1f}s"
+        body = json.dumps({"metadata": {"annotations": {LAST_CHECKPOINT_KEY: stamp, SAVE_DURATION_KEY: save}}}).encode()
         request = urllib.request.Request(
             f"https://{host}:{port}/api/v1/namespaces/{namespace}/pods/{pod}", data=body, method="PATCH",
             headers={"Authorization": "Bearer " + token, "Content-Type": "application/merge-patch+json"})
@@ -368,9 +376,10 @@ def main(argv):
 
     notices = NoticeTimer(args.notice_file, args.save_estimate)
     saved = steps if state is not None else -1  # the steps the newest checkpoint holds
+    longest_save = 0.0  # seconds: what the pod declares a save takes
 
     def save(reason):
-        nonlocal saved
+        nonlocal saved, longest_save
         if saved == steps:
             return True  # nothing has run since the last checkpoint
         began = time.monotonic()
@@ -382,9 +391,10 @@ def main(argv):
             "data": data.position(),
         }, steps)
         notices.save_took = time.monotonic() - began
+        longest_save = max(longest_save, notices.save_took)
         saved = steps
         log("checkpoint saved", step=steps, reason=reason, took=f"{notices.save_took:.3f}s", time=f"{time.time():.3f}")
-        record_checkpoint(time.time(), args.service_account_dir)
+        record_checkpoint(time.time(), longest_save, args.service_account_dir)
         return True
 
     try:

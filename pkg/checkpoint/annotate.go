@@ -17,8 +17,10 @@ import (
 )
 
 // PodAnnotator records the time of a pod's last checkpoint in its
-// api.AnnotationLastCheckpoint annotation. Gleaner's reclaimer reads it to
-// evict the pods that lose the least work first.
+// api.AnnotationLastCheckpoint annotation, and how long its saves take in
+// api.AnnotationSaveDuration. Gleaner's reclaimer reads them to evict the
+// pods that lose the least work first, and to give a pod it takes before it
+// saved for a notice no longer than its save needs.
 type PodAnnotator struct {
 	client    kubernetes.Interface
 	namespace string
@@ -63,10 +65,11 @@ func PodAnnotatorFromEnv(kubeconfig string) (*PodAnnotator, error) {
 	return NewPodAnnotator(client, namespace, name), nil
 }
 
-// Record sets the annotation to t in RFC 3339 (UTC, whole seconds, the form
-// the reclaimer parses). A merge patch touches only this annotation.
-func (a *PodAnnotator) Record(ctx context.Context, t time.Time) error {
-	_, err := a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.name, types.MergePatchType, api.LastCheckpointPatch(t), metav1.PatchOptions{FieldManager: "gleaner-checkpoint"})
+// Record sets the annotations to t in RFC 3339 (UTC, whole seconds, the
+// form the reclaimer parses) and to took, the longest a save has taken. A
+// merge patch touches only these two annotations.
+func (a *PodAnnotator) Record(ctx context.Context, t time.Time, took time.Duration) error {
+	_, err := a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.name, types.MergePatchType, api.CheckpointPatch(t, took), metav1.PatchOptions{FieldManager: "gleaner-checkpoint"})
 	if err != nil {
 		return fmt.Errorf("annotating pod %s/%s with %s (the pod's service account needs 'patch' on pods): %w",
 			a.namespace, a.name, api.AnnotationLastCheckpoint, err)

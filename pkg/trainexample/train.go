@@ -46,9 +46,10 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Recorder is told the time of each saved checkpoint (a PodAnnotator in a cluster).
+// Recorder is told the time of each saved checkpoint and the longest any
+// save of the run has taken (a PodAnnotator in a cluster).
 type Recorder interface {
-	Record(ctx context.Context, t time.Time) error
+	Record(ctx context.Context, t time.Time, took time.Duration) error
 }
 
 // Trainer runs one training step of a pipeline under the checkpoint contract.
@@ -69,6 +70,10 @@ type Trainer struct {
 	Notices <-chan time.Time
 	Log     *slog.Logger
 	Now     func() time.Time
+
+	// longestSave is the longest a checkpoint of this run took to save: what
+	// the pod declares, so a reclaim gives it that long to save on SIGTERM.
+	longestSave time.Duration
 }
 
 // Result is how a run ended.
@@ -251,12 +256,14 @@ func (t *Trainer) save(ctx context.Context, id runIdentity, step int64, w []floa
 		return err
 	}
 	done := t.Now()
+	t.longestSave = max(t.longestSave, done.Sub(begin))
 	t.Log.Info("checkpoint saved", "step", step, "location", t.Checkpoints.Location(), "took", done.Sub(begin).Round(time.Millisecond))
 	if t.Recorder != nil {
-		// The annotation only orders evictions; it must not eat the grace period.
+		// The annotation orders evictions and sizes their grace periods; it
+		// must not eat the grace period.
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if err := t.Recorder.Record(rctx, done); err != nil {
+		if err := t.Recorder.Record(rctx, done, t.longestSave); err != nil {
 			t.Log.Warn("could not record the checkpoint time on the pod", "err", err)
 		}
 	}

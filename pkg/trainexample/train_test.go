@@ -102,10 +102,12 @@ type stopAtFirstRecord struct {
 	stop  chan struct{}
 	once  sync.Once
 	times []time.Time
+	took  []time.Duration
 }
 
-func (s *stopAtFirstRecord) Record(_ context.Context, t time.Time) error {
+func (s *stopAtFirstRecord) Record(_ context.Context, t time.Time, took time.Duration) error {
 	s.times = append(s.times, t)
+	s.took = append(s.took, took)
 	s.once.Do(func() { close(s.stop) })
 	return nil
 }
@@ -129,6 +131,43 @@ func TestStopCheckpointsAndReportsInterrupted(t *testing.T) {
 	if err != nil || c == nil || c.Step != 50 {
 		t.Fatalf("latest checkpoint %+v, %v; want step 50", c, err)
 	}
+}
+
+// Each checkpoint records the longest save so far, not the last: the pod
+// declares how long a save on SIGTERM may take.
+func TestRecordsTheLongestSave(t *testing.T) {
+	store, err := checkpoint.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writing a checkpoint moves the clock on: the saves take 2 s, 5 s, 1 s and 3 s.
+	slow := &slowStore{Store: store, took: []time.Duration{2 * time.Second, 5 * time.Second, time.Second, 3 * time.Second},
+		clock: time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)}
+	tr := newTrainer(t, t.TempDir(), testConfig(200))
+	tr.Checkpoints, tr.Now = checkpoint.NewManager(slow, 2), func() time.Time { return slow.clock }
+	rec := &stopAtFirstRecord{stop: make(chan struct{})}
+	tr.Recorder = rec
+	if _, err := tr.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}
+	if !slices.Equal(rec.took, want) {
+		t.Fatalf("recorded save durations %v, want %v", rec.took, want)
+	}
+}
+
+// slowStore is a Store whose writes each take the next of took on clock.
+type slowStore struct {
+	checkpoint.Store
+	took  []time.Duration
+	puts  int
+	clock time.Time
+}
+
+func (s *slowStore) Put(ctx context.Context, name string, data []byte) error {
+	s.clock = s.clock.Add(s.took[s.puts%len(s.took)])
+	s.puts++
+	return s.Store.Put(ctx, name, data)
 }
 
 func TestResumeRefusesAnotherRunsCheckpoint(t *testing.T) {
@@ -261,4 +300,6 @@ func TestNoticeCheckpointsJustInTimeAndTrainsOn(t *testing.T) {
 
 type recorderFunc func(context.Context, time.Time) error
 
-func (f recorderFunc) Record(ctx context.Context, t time.Time) error { return f(ctx, t) }
+func (f recorderFunc) Record(ctx context.Context, t time.Time, _ time.Duration) error {
+	return f(ctx, t)
+}

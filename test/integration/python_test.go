@@ -95,6 +95,12 @@ func TestPythonTrainerKeepsTheContract(t *testing.T) {
 	waitFor(t, "a periodic checkpoint recorded on the pod", 60*time.Second, func() bool {
 		return strings.Contains(first.output(), "reason=periodic") && k.pod(t, first.pod).Annotations[api.AnnotationLastCheckpoint] != ""
 	})
+	// Beside it, how long its saves take, as a Go duration the reclaimer
+	// reads: a save of this small model takes well under its grace period.
+	if took, ok := api.SaveDuration(k.pod(t, first.pod)); !ok || took <= 0 || took >= 20*time.Second {
+		t.Errorf("the pod declares its saves take %q (%v, %v): want a readable duration above 0 and under its 20 s grace",
+			k.pod(t, first.pod).Annotations[api.AnnotationSaveDuration], took, ok)
+	}
 
 	// A reclaim notice, as gleaner-controller gives it; the forecast then
 	// moves it before its checkpoint is due. The trainer saves once, timed
