@@ -14,16 +14,17 @@ import (
 
 func newSimulateCommand() *cobra.Command {
 	var (
-		cfg          = simulate.DefaultConfig()
-		servicesFile string
-		jobsFile     string
-		days         int
-		policy       string
-		format       string
-		plotFile     string
-		synthetic    int
-		loadShape    string
-		prom         prometheusFlags
+		cfg           = simulate.DefaultConfig()
+		servicesFile  string
+		jobsFile      string
+		days          int
+		policy        string
+		format        string
+		plotFile      string
+		synthetic     int
+		loadShape     string
+		prom          prometheusFlags
+		saveOnSIGTERM bool
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -146,6 +147,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 			if plotFile == "" {
 				cfg.SampleEvery = 0
 			}
+			cfg.NoSIGTERMSave = !saveOnSIGTERM
 			results, err := simulate.RunAll(cfg, policies, fleet, jobs)
 			if err != nil {
 				return err
@@ -187,6 +189,7 @@ The defaults are the evaluation defaults: judge every trace with them.`,
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Run time between a job's checkpoints.")
 	f.DurationVar(&cfg.CheckpointCost, "checkpoint-cost", cfg.CheckpointCost, "How long a job as large as a node takes to save a checkpoint on a reclaim notice (a smaller job: in proportion to its GPUs); the job makes no progress meanwhile.")
 	f.BoolVar(&cfg.DeclareInterval, "declare-checkpoint-interval", false, "Jobs declare --checkpoint-interval (gleaner.dev/checkpoint-interval), so placement weighs how long each node's GPUs are expected to stay lent.")
+	f.BoolVar(&saveOnSIGTERM, "jobs-save-on-sigterm", true, "Jobs keep the checkpoint contract's SIGTERM part, as the reference trainers do: they declare how long their saves take (gleaner.dev/save-duration), a pod taken before it saved for a notice gets that and 10 s to exit (when shorter than --grace-period) and saves on SIGTERM. false: they declare nothing, hold their GPUs for the whole grace period and save nothing then.")
 	f.BoolVar(&cfg.WithoutNotices, "without-notices", false, "Give no reclaim notices, so every eviction comes unannounced (gleaner-controller gives them).")
 	f.Var(autoscalerFlag{&cfg.InferenceAutoscaler}, "inference-autoscaler", "What scales the inference services: gleaner (gleaner-controller's autoscaler, as docs/inference.md recommends: replicas it starts wait for GPUs as pending pods and serve after --replica-startup) or external (each service follows its load at once, as an autoscaler of its own would).")
 	f.DurationVar(&cfg.ReplicaStartup, "replica-startup", cfg.ReplicaStartup, "With --inference-autoscaler gleaner: how long a bound replica takes to serve (image, weights, engine start).")

@@ -10,6 +10,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -31,7 +32,7 @@ type step struct {
 	services   []round.Service
 	bestEffort []*v1.Pod
 	verdicts   map[string]harvest.Verdict
-	victims    []string
+	victims    []string // each with the grace period it is given
 	// scale is each service's replicas the autoscaler set; notices, each
 	// noticed pod's time.
 	scale   map[string]int
@@ -80,7 +81,7 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 			s.bestEffort = append(s.bestEffort, c.Pod)
 		}
 		for _, v := range d.Victims {
-			s.victims = append(s.victims, "research/"+v.Pod.Name)
+			s.victims = append(s.victims, fmt.Sprintf("research/%s within %v", v.Pod.Name, v.EvictionGrace(cfg.GracePeriod)))
 		}
 		steps = append(steps, s)
 	}
@@ -99,7 +100,7 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 		objs, loads := clusterOf(s, cfg)
 		tc.set(t, objs...)
 		tc.load.loads = loads
-		writes, err := tc.sync(t, s.now)
+		_, err := tc.sync(t, s.now)
 		if err != nil {
 			t.Fatalf("step %d (%v): %v", i, s.now, err)
 		}
@@ -107,8 +108,11 @@ func TestControllerAndSimulatorDecideAlike(t *testing.T) {
 			<-tc.recorder.Events
 		}
 		evicted := []string{}
-		for _, w := range only(writes, "pods/eviction") {
-			evicted = append(evicted, "research/"+w[len("create pods/eviction "):])
+		for _, a := range tc.actions {
+			if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
+				ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+				evicted = append(evicted, fmt.Sprintf("research/%s within %v", ev.Name, time.Duration(*ev.DeleteOptions.GracePeriodSeconds)*time.Second))
+			}
 		}
 		if !reflect.DeepEqual(evicted, s.victims) {
 			t.Fatalf("step %d (%v): the controller evicted %v, the simulator %v", i, s.now, evicted, s.victims)
@@ -160,7 +164,7 @@ func clusterOf(s step, cfg simulate.Config) ([]runtime.Object, []vllm.PodLoad) {
 	for _, p := range s.bestEffort {
 		gpus := api.PodGPUs(p, api.GPUResource)
 		be := testobj.BestEffort(p.Namespace, p.Name, p.Spec.NodeName, gpus, p.Status.StartTime.Time)
-		be.Annotations = p.Annotations
+		be.Annotations, be.Spec.TerminationGracePeriodSeconds = p.Annotations, p.Spec.TerminationGracePeriodSeconds
 		be.DeletionTimestamp, be.DeletionGracePeriodSeconds = p.DeletionTimestamp, p.DeletionGracePeriodSeconds
 		objs = append(objs, be)
 	}

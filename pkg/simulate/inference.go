@@ -43,6 +43,11 @@ type simNode struct {
 	lent      int64 // GPUs of best-effort pods, terminating included
 	returning int64 // GPUs of terminating best-effort pods
 	reclaimed int64 // reclaimed GPUs no replica has bound to yet
+	// freedAt is when the last evicted pod that left it gave its GPUs back;
+	// freedNow are the GPUs given back at the step itself (jobs done,
+	// replicas removed), which no replica could bind to earlier.
+	freedAt  time.Duration
+	freedNow int64
 }
 
 type simService struct {
@@ -114,20 +119,40 @@ func (s *sim) scaleTo(i, want int, t, seen time.Duration) {
 			}
 		}
 		s.nodes[sv.bound[k].node].serving -= s.cfg.GPUsPerReplica
+		s.nodes[sv.bound[k].node].freedNow += s.cfg.GPUsPerReplica
 		sv.bound = append(sv.bound[:k], sv.bound[k+1:]...)
 	}
 }
 
 // seeLoad marks, for the gleaner autoscaler, the pending replicas of service
 // i whose load is there at t: those its load needs beyond the bound ones,
-// the longest waiting first.
+// the longest waiting first, each since its load arrived (loadArrived).
 func (s *sim) seeLoad(i int, t time.Duration) {
 	sv := &s.svcs[i]
 	for k := 0; k < len(sv.pending) && len(sv.bound)+k < sv.wanted; k++ {
-		if sv.pending[k].seen < 0 {
-			sv.pending[k].seen = t
+		if p := &sv.pending[k]; p.seen < 0 {
+			p.seen = max(p.wanted, s.loadArrived(i, len(sv.bound)+k, t))
 		}
 	}
+}
+
+// loadArrived is when, in the step to t, service i's load came to need
+// replica n (counting from 0): when it crossed n replicas' capacity, found
+// on the line between the step's ends (the load is linear between trace
+// windows' middles); t if it needed it at the step's start already (the
+// replica was not pending then, or another was ahead of it) or with
+// StepLoad, whose load changes at steps.
+func (s *sim) loadArrived(i, n int, t time.Duration) time.Duration {
+	from := t - s.cfg.ScrapeInterval
+	if s.cfg.StepLoad || from < 0 {
+		return t
+	}
+	need := (float64(n) + 1e-9) * s.cfg.ReplicaCapacity
+	l0, l1 := s.load(i, from), s.load(i, t)
+	if l0 > need || l1 <= need {
+		return t
+	}
+	return from + time.Duration(float64(s.cfg.ScrapeInterval)*(need-l0)/(l1-l0))
 }
 
 // applyScale applies the round's scale decisions: a replica the gleaner
@@ -214,11 +239,23 @@ func (s *sim) bindNode() int {
 	return best
 }
 
+// bind binds a replica of service svc to node at t.
 func (s *sim) bind(svc, node int, t time.Duration) {
 	n := &s.nodes[node]
 	n.serving += s.cfg.GPUsPerReplica
 	n.reclaimed -= min(n.reclaimed, s.cfg.GPUsPerReplica)
 	s.svcs[svc].bound = append(s.svcs[svc].bound, boundReplica{node: node, ready: t + s.replicaStartup()})
+}
+
+// boundAt is when, in the step to t, a replica pending since wanted could
+// bind to node: when the evicted pods that left it in the step gave their
+// GPUs back, if those made its room without the GPUs given back at t.
+func (s *sim) boundAt(node int, wanted, t time.Duration) time.Duration {
+	n := &s.nodes[node]
+	if n.freedAt <= t-s.cfg.ScrapeInterval || n.alloc-n.serving-n.lent-n.freedNow < s.cfg.GPUsPerReplica {
+		return t
+	}
+	return max(n.freedAt, wanted)
 }
 
 // bindPending binds waiting replicas in the order they were wanted, across
@@ -242,10 +279,11 @@ func (s *sim) bindPending(t time.Duration) {
 		if n < 0 {
 			break
 		}
-		s.bind(w.svc, n, t)
+		at := s.boundAt(n, w.wanted, t)
+		s.bind(w.svc, n, at)
 		s.res.InferenceReplicaStarts++
 		if w.seen >= 0 {
-			s.wait(t - w.seen)
+			s.wait(at - w.seen)
 		}
 		bound++
 	}

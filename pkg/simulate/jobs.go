@@ -78,8 +78,11 @@ func (s *sim) restarted(j *simJob, d time.Duration) {
 }
 
 // release ends grace periods and finished jobs, after moving each running
-// job's checkpoints on to t.
+// job's checkpoints on to t, and notes when each node's GPUs came back.
 func (s *sim) release(t time.Duration) {
+	for i := range s.nodes {
+		s.nodes[i].freedNow = 0
+	}
 	kept := s.running[:0]
 	for _, j := range s.running {
 		if !j.evicted {
@@ -87,13 +90,16 @@ func (s *sim) release(t time.Duration) {
 		}
 		switch {
 		case j.evicted && j.freeAt <= t:
-			s.nodes[j.node].lent -= j.GPUs
-			s.nodes[j.node].returning -= j.GPUs
+			n := &s.nodes[j.node]
+			n.lent -= j.GPUs
+			n.returning -= j.GPUs
+			n.freedAt = max(n.freedAt, j.freeAt)
 			j.node, j.evicted = -1, false
 			s.queue = append(s.queue, j) // retried as a new pod: the back of the queue
 			s.queuedGPUs += j.GPUs
 		case !j.evicted && j.progress(t) >= j.Work-j.done:
 			s.nodes[j.node].lent -= j.GPUs
+			s.nodes[j.node].freedNow += j.GPUs
 			s.res.JobsCompleted++
 		default:
 			kept = append(kept, j)
@@ -118,23 +124,22 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 	return out
 }
 
-// evict starts job j's grace period, as the reclaimer gives it to c:
-// reclaim.SavedGrace when the job saved for its notice, else GracePeriod. It
-// loses the progress since its last completed checkpoint. A notice
-// checkpoint in flight goes on through the grace period and counts if it
-// completes within it; one not yet started is not started (the job is told
-// to stop before it began).
+// evict starts job j's grace period, as the reclaimer gives it to c
+// (reclaim.Candidate.EvictionGrace). It loses the progress since its last
+// completed checkpoint. A notice checkpoint in flight goes on through the
+// grace period and counts if it completes within it; one not yet started is
+// not started (the job is told to stop before it began). Without one, a job
+// whose save fits its grace period saves on SIGTERM (unless NoSIGTERMSave).
 func (s *sim) evict(j *simJob, c reclaim.Candidate, t time.Duration) {
-	j.grace = s.cfg.GracePeriod
-	if c.Saved {
-		j.grace = min(j.grace, reclaim.SavedGrace)
-	}
+	j.grace = c.EvictionGrace(s.cfg.GracePeriod)
 	if j.saving && j.ckptFrom > t {
 		j.saving = false // due to start later: never started
 	}
 	if j.saving {
 		// The job goes on saving through its grace period.
 		s.checkpointed(j, t, j.ckptTo <= t+j.grace)
+	} else if !s.cfg.NoSIGTERMSave && j.start <= t && s.checkpointCost(j) <= j.grace {
+		j.saved, j.savedAt = j.progress(t), t
 	}
 	if j.start > t {
 		s.restarted(j, t-j.start) // evicted while it restarted
@@ -261,8 +266,15 @@ func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{api.GPUResource: *resource.NewQuantity(j.GPUs, resource.DecimalSI)}}}}},
 		Status: v1.PodStatus{Phase: v1.PodRunning, StartTime: &start},
 	}
+	p.Spec.TerminationGracePeriodSeconds = &s.graceSeconds
+	if !s.cfg.NoSIGTERMSave {
+		p.Annotations = map[string]string{api.AnnotationSaveDuration: s.checkpointCost(j).String()}
+	}
 	if j.savedAt > j.start {
-		p.Annotations = map[string]string{api.AnnotationLastCheckpoint: api.FormatTime(s.now(j.savedAt))}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[api.AnnotationLastCheckpoint] = api.FormatTime(s.now(j.savedAt))
 	}
 	if j.evicted {
 		// As the API server marks a pod asked to stop: the end of its grace period.

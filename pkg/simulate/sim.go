@@ -17,16 +17,22 @@
 //     with the external one each service wants what its load needs now.
 //  3. Pending replicas bind, longest waiting first across services, to the
 //     fullest node with GPUsPerReplica GPUs held by no pod, and serve after
-//     the replica startup time. A pending replica is left out of the demand
+//     the replica startup time. A replica that waited binds when the
+//     evicted pods that made its room left within the step, not at the
+//     step's end, as kube-scheduler binds a pod once the GPUs it waits
+//     for are free; its load, likewise, is there from when it crossed the
+//     replica's share within the step. A pending replica is left out of the demand
 //     model's replicas, so the round keeps room for it and reclaims where
 //     the planner places that room: this stands in for gleaner-scheduler's
 //     ReclaimPreemption, which needs the framework. Only the part of a
 //     wait while its load is already there counts as a wait inference sees.
 //  4. The round runs with the policy's settings (Config.RoundConfig); its
-//     victims are evicted (a simulated cluster has no PodDisruptionBudgets),
-//     hold their GPUs for the grace period (reclaim.SavedGrace for a pod
-//     evicted at its noticed time after saving for it) and lose the work
-//     since their last checkpoint; its notices reach their jobs at once.
+//     victims are evicted (a simulated cluster has no PodDisruptionBudgets)
+//     and hold their GPUs for the grace period the reclaimer gives them
+//     (reclaim.Candidate.EvictionGrace: reclaim.SavedGrace for a pod evicted
+//     at its noticed time after saving for it, else the time its saves take
+//     and SavedGrace to exit, at most GracePeriod); its notices reach their
+//     jobs at once.
 //  5. Queued jobs are placed in queue order where the verdict admits them and
 //     GPUs are free, on the node with the highest placement score; a job
 //     that fits nowhere is skipped. Every job is a lone pod.
@@ -38,7 +44,9 @@
 // saves a checkpoint timed to complete by the noticed time when that saves
 // more than it costs (CheckpointCost x GPUs / GPUsPerNode of no progress,
 // counted as lost work); a checkpoint in flight at eviction completes within
-// the grace period, and nothing else is saved on SIGTERM.
+// the grace period. A pod given the time its saves take saves its progress
+// on SIGTERM (unless NoSIGTERMSave); one whose save does not fit its grace
+// period saves nothing then and loses the work since its last checkpoint.
 package simulate
 
 import (
@@ -122,6 +130,14 @@ type Config struct {
 	// WithoutNotices: the planner gives no reclaim notices, so every eviction
 	// comes unannounced (gleaner-controller gives them).
 	WithoutNotices bool
+	// NoSIGTERMSave: jobs save nothing on SIGTERM and declare no save
+	// duration, so every pod taken before it saved for a notice holds its
+	// GPUs for its whole grace period and loses the work since its last
+	// checkpoint. By default jobs keep that part of the contract as the
+	// reference trainers do: they declare how long their saves take
+	// (gleaner.dev/save-duration), and a pod given at least that saves on
+	// SIGTERM.
+	NoSIGTERMSave bool
 	// InferenceAutoscaler scales the services: Gleaner's own, or one of
 	// their own that follows the load (the policy none always uses that).
 	InferenceAutoscaler InferenceAutoscaler
@@ -359,6 +375,9 @@ type sim struct {
 	nextJob     int
 	submissions int
 
+	// graceSeconds is every job's terminationGracePeriodSeconds: GracePeriod.
+	graceSeconds int64
+
 	res        Result
 	round      int
 	waits      []time.Duration // each wait inference saw, as wait counts it
@@ -390,7 +409,7 @@ func Run(cfg Config, policy Policy, fleet *Fleet, jobs []Job) (Result, error) {
 		return Result{}, err
 	}
 	s := &sim{cfg: cfg, policy: policy, fleet: fleet, jobs: jobs, t0: cfg.start(), published: map[string]int64{}, avail: map[string]harvest.Availability{},
-		jobOf: map[*v1.Pod]*simJob{}}
+		jobOf: map[*v1.Pod]*simJob{}, graceSeconds: int64((cfg.GracePeriod + time.Second - 1) / time.Second)}
 	if policy == Oracle {
 		policyCfg.Oracle = s.futurePeak
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/availability"
 	"github.com/gleaner-dev/gleaner/pkg/harvest"
@@ -16,11 +18,12 @@ import (
 
 // handComputed is the evaluation default with the model the hand-computed
 // figures below assume: each service follows its load at once (its own
-// autoscaler) and a resumed job restarts at no cost. The gleaner autoscaler
-// and the restart cost have tests of their own.
+// autoscaler), a resumed job restarts at no cost, and a job saves nothing
+// on SIGTERM (so holds its GPUs for the whole grace period). The gleaner
+// autoscaler, the restart cost and SIGTERM saves have tests of their own.
 func handComputed() Config {
 	cfg := DefaultConfig()
-	cfg.InferenceAutoscaler, cfg.RestartCost = ExternalAutoscaler, 0
+	cfg.InferenceAutoscaler, cfg.RestartCost, cfg.NoSIGTERMSave = ExternalAutoscaler, 0, true
 	return cfg
 }
 
@@ -283,7 +286,8 @@ func TestReplicasBindInTheOrderWanted(t *testing.T) {
 
 // TestNoticeCheckpoint pins the job's side of a reclaim notice: a 1-GPU job
 // on 8-GPU nodes takes 3 min x 1/8 = 22.5 s to save a checkpoint. It started
-// at 0 and last checkpointed periodically at 1800 s (every 30 min).
+// at 0 and last checkpointed periodically at 1800 s (every 30 min). Unless
+// the case says sigterm, it saves nothing on SIGTERM (NoSIGTERMSave).
 func TestNoticeCheckpoint(t *testing.T) {
 	const cost = 22500 * time.Millisecond
 	tests := []struct {
@@ -292,8 +296,34 @@ func TestNoticeCheckpoint(t *testing.T) {
 		// evicted at evictAt (0: not evicted), or the notice is withdrawn at
 		// withdrawAt (0: never).
 		given, noticeAt, evictAt, withdrawAt time.Duration
-		lost, checkpointing                  time.Duration // GPU-seconds of each
+		// sigterm: the job declares its save duration and saves on SIGTERM;
+		// gpus: its GPUs (0: 1).
+		sigterm             bool
+		gpus                int64
+		lost, checkpointing time.Duration // GPU-seconds of each
+		grace               time.Duration // of its eviction (0: not checked)
 	}{{
+		// Taken at 2970 s, before its notice's checkpoint began, it is given
+		// its save's 22.5 s and 10 s to exit, whole seconds: 33 s. It saves on
+		// SIGTERM and loses nothing.
+		name: "taken early, it saves on SIGTERM in the grace its save needs", noticeAt: 3000 * time.Second, evictAt: 2970 * time.Second,
+		sigterm: true, grace: 33 * time.Second,
+	}, {
+		// The same job with no notice at all.
+		name: "taken without notice, it saves on SIGTERM", noticeAt: 9000 * time.Second, evictAt: 2970 * time.Second,
+		sigterm: true, grace: 33 * time.Second,
+	}, {
+		// Evicted at the noticed time having saved for it: 10 s, too short to
+		// save again; it loses the checkpoint's time as without SIGTERM saves.
+		name: "saved for its notice, it gets 10 s and saves nothing more", noticeAt: 3000 * time.Second, evictAt: 3000 * time.Second,
+		sigterm: true, lost: cost, checkpointing: cost, grace: reclaim.SavedGrace,
+	}, {
+		// A 8-GPU job takes 3 min to save: more than its 2 min grace period.
+		// Taken early, it saves nothing and loses the 1170 s since 1800 s on
+		// each GPU.
+		name: "a save that does not fit the grace period saves nothing", noticeAt: 9000 * time.Second, evictAt: 2970 * time.Second,
+		sigterm: true, gpus: 8, lost: 8 * 1170 * time.Second, grace: 2 * time.Minute,
+	}, {
 		// The checkpoint runs 2977.5..3000 s and saves the progress to 2977.5 s:
 		// evicted at 3000 s, the job loses only the checkpoint's own 22.5 s.
 		name: "evicted at the noticed time loses the checkpoint's time", noticeAt: 3000 * time.Second, evictAt: 3000 * time.Second,
@@ -330,8 +360,9 @@ func TestNoticeCheckpoint(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := handComputed()
-			s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8}}}
-			j := &simJob{Job: Job{Name: "j", GPUs: 1, Work: 100 * time.Hour}, node: 0}
+			cfg.NoSIGTERMSave = !tt.sigterm
+			s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8}}, graceSeconds: int64(cfg.GracePeriod / time.Second)}
+			j := &simJob{Job: Job{Name: "j", GPUs: cmp.Or(tt.gpus, 1), Work: 100 * time.Hour}, node: 0}
 			s.running = []*simJob{j}
 			step := cfg.ScrapeInterval
 			given := cmp.Or(tt.given, 2400*time.Second)
@@ -348,7 +379,12 @@ func TestNoticeCheckpoint(t *testing.T) {
 					j.noticed = false
 				}
 				if now == tt.evictAt && !j.evicted {
-					s.evict(j, reclaim.Candidate{}, now)
+					c := reclaim.NewCandidate(s.pod(j, now), api.GPUResource, s.now(now), cfg.GracePeriod, nil)
+					c.Saved = j.noticed && j.savedAt >= j.noticeSince && now >= j.noticeAt
+					s.evict(j, c, now)
+					if tt.grace > 0 && j.grace != tt.grace {
+						t.Errorf("evicted with a grace period of %v, want %v", j.grace, tt.grace)
+					}
 				}
 			}
 			lost := time.Duration(s.res.LostGPUHours * float64(time.Hour))
@@ -363,10 +399,11 @@ func TestNoticeCheckpoint(t *testing.T) {
 // TestNoticesSaveWork: on two days of a synthetic fleet, the forecast
 // policy's notices reach most evicted jobs, which then lose less work than
 // the same run without notices; the notice checkpoints' own time is part of
-// the loss.
+// the loss. The jobs save nothing on SIGTERM: one that does loses little
+// either way, and its notice buys inference its GPUs sooner instead.
 func TestNoticesSaveWork(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.SampleEvery = 2*24*time.Hour, 0
+	cfg.Duration, cfg.SampleEvery, cfg.NoSIGTERMSave = 2*24*time.Hour, 0, true
 	fleet, jobs := SyntheticFleet(6, 2, 1), SyntheticJobs(2000, 1)
 	with, err := Run(cfg, Forecast, fleet, jobs)
 	if err != nil {
@@ -533,7 +570,7 @@ func TestRestartCost(t *testing.T) {
 	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*90*time.Second || j.start != 90*time.Second {
 		t.Fatalf("a resumed 4-GPU job: %v GPU-time restarting, progress from %v; want 6m0s from 1m30s", got, j.start)
 	}
-	s.evict(j, reclaim.Candidate{}, 60*time.Second)
+	s.evict(j, reclaim.Candidate{Pod: &v1.Pod{}}, 60*time.Second)
 	if got := time.Duration(s.res.RestartGPUHours * float64(time.Hour)); got != 4*60*time.Second || s.res.LostGPUHours != s.res.RestartGPUHours {
 		t.Fatalf("evicted 60 s into its restart: %v GPU-time restarting, %g GPU-h lost; want 4m0s, all of it restart", got, s.res.LostGPUHours)
 	}
