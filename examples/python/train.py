@@ -22,12 +22,12 @@ repeat none:
   that checkpoint instead of saving again; one withdrawn before then costs
   nothing.
 - After each checkpoint: its time in the pod's gleaner.dev/last-checkpoint
-  annotation, and the longest any save of this run took in
-  gleaner.dev/save-duration, through the API with the pod's service account,
-  so the reclaimer takes the pods that lose the least work first and gives a
-  pod it must take at once that long (and 10 s to exit) rather than its
-  whole grace period. A pod that may not do that (no token, no RBAC) trains
-  on all the same.
+  annotation, and in gleaner.dev/save-duration how long a SIGTERM save
+  takes (the longest step and the longest save of this run), through the
+  API with the pod's service account, so the reclaimer takes the pods that
+  lose the least work first and gives a pod it must take at once that long
+  (and 10 s to exit) rather than its whole grace period. A pod that may not
+  do that (no token, no RBAC) trains on all the same.
 
 A checkpoint holds the number of steps completed, so a resumed run starts at
 the first step that did not run. Each step prints one line, `step=N
@@ -215,7 +215,8 @@ class NoticeTimer:
 
 def record_checkpoint(when, took, service_account_dir):
     """Write the checkpoint's time into this pod's last-checkpoint annotation,
-    and took (seconds, the longest save so far) into its save-duration one.
+    and took (seconds from SIGTERM to a saved checkpoint, at most) into its
+    save-duration one.
 
     Best effort: outside a cluster, without a token or without the RBAC to
     patch pods it logs why and returns; the checkpoint stands either way.
@@ -376,7 +377,7 @@ def main(argv):
 
     notices = NoticeTimer(args.notice_file, args.save_estimate)
     saved = steps if state is not None else -1  # the steps the newest checkpoint holds
-    longest_save = 0.0  # seconds: what the pod declares a save takes
+    longest_step = longest_save = 0.0  # seconds: a SIGTERM waits for both
 
     def save(reason):
         nonlocal saved, longest_save
@@ -394,11 +395,12 @@ def main(argv):
         longest_save = max(longest_save, notices.save_took)
         saved = steps
         log("checkpoint saved", step=steps, reason=reason, took=f"{notices.save_took:.3f}s", time=f"{time.time():.3f}")
-        record_checkpoint(time.time(), longest_save, args.service_account_dir)
+        record_checkpoint(time.time(), longest_step + longest_save, args.service_account_dir)
         return True
 
     try:
         while steps < args.steps and not preempted.requested:
+            began = time.monotonic()
             model.train()
             x, y = data.next_batch(args.batch_size)
             x, y = x.to(device), y.to(device)
@@ -408,6 +410,8 @@ def main(argv):
             optimizer.step()
             log(f"step={steps}", loss=f"{loss.item():.6f}")
             steps += 1
+            # A SIGTERM waits for the step in flight, its sleep included.
+            longest_step = max(longest_step, time.monotonic() - began + (args.step_seconds or 0))
 
             now = time.time()
             notices.poll(now)

@@ -47,8 +47,8 @@ func LastCheckpointPatch(t time.Time) []byte {
 }
 
 // CheckpointPatch is the JSON merge patch recording a checkpoint at t on a
-// pod, and that its saves take up to took (AnnotationSaveDuration, rounded
-// up to a tenth of a second).
+// pod, and that it takes up to took to save once asked to stop
+// (AnnotationSaveDuration, rounded up to a tenth of a second).
 func CheckpointPatch(t time.Time, took time.Duration) []byte {
 	took = (max(took, 0) + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{

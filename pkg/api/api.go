@@ -77,10 +77,11 @@ const (
 
 	// AnnotationLastCheckpoint is an RFC 3339 time a best-effort pod writes after each checkpoint.
 	AnnotationLastCheckpoint = "gleaner.dev/last-checkpoint"
-	// AnnotationSaveDuration is how long a best-effort pod's checkpoints
-	// take to save (a Go duration, e.g. "25s"; the longest it has measured),
-	// written beside AnnotationLastCheckpoint. A reclaim that must take the
-	// pod before it saved for a notice gives it this long and
+	// AnnotationSaveDuration is how long a best-effort pod takes, once asked
+	// to stop, to have saved a checkpoint (a Go duration, e.g. "25s": the
+	// step in flight and the save, the longest it has measured), written
+	// beside AnnotationLastCheckpoint. A reclaim that must take the pod
+	// before it saved for a notice gives it this long and
 	// reclaim.SavedGrace to exit, when that is shorter than its grace
 	// period, so inference waits for the save, not the whole grace period.
 	AnnotationSaveDuration = "gleaner.dev/save-duration"
@@ -229,17 +230,21 @@ func HoldsResources(pod *v1.Pod) bool {
 	return pod.Spec.NodeName != "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
 }
 
-// SaveDuration is how long the pod says its checkpoints take to save
-// (AnnotationSaveDuration), if it says so readably: a Go duration, not
-// negative, of at most 32 characters. The pod's own word: it can only
-// shorten the pod's own grace period (reclaim.Candidate.EvictionGrace).
+// MaxSaveDuration bounds AnnotationSaveDuration: no grace period is longer.
+const MaxSaveDuration = 24 * time.Hour
+
+// SaveDuration is how long the pod says it takes to save a checkpoint once
+// asked to stop (AnnotationSaveDuration), if it says so readably: a Go
+// duration in [0, MaxSaveDuration], of at most 32 characters. The pod's own
+// word: it can only shorten the pod's own grace period
+// (reclaim.Candidate.EvictionGrace).
 func SaveDuration(pod *v1.Pod) (time.Duration, bool) {
 	raw, ok := pod.Annotations[AnnotationSaveDuration]
 	if !ok || len(raw) > 32 {
 		return 0, false
 	}
 	d, err := time.ParseDuration(raw)
-	if err != nil || d < 0 {
+	if err != nil || d < 0 || d > MaxSaveDuration {
 		return 0, false
 	}
 	return d, true

@@ -34,13 +34,15 @@ func TestCheckpointInterval(t *testing.T) {
 	}
 }
 
-// A pod's declared save duration is read only when it is a duration that is
-// not negative and short enough to be one: anything else is ignored, and what
+// A pod's declared save duration is read only when it is a duration of at
+// most a day, in at most 32 characters: anything else is ignored, and what
 // CheckpointPatch writes reads back, rounded up to a tenth of a second.
 func TestSaveDuration(t *testing.T) {
 	for raw, want := range map[string]time.Duration{
 		"25s": 25 * time.Second, "1.5s": 1500 * time.Millisecond, "0s": 0, "3m": 3 * time.Minute,
-		"-1s": -1, "soon": -1, "": -1, "25": -1, "1s" + strings.Repeat("0", 40): -1,
+		"24h": MaxSaveDuration, "-1s": -1, "soon": -1, "": -1, "25": -1, "24h0m0.1s": -1,
+		// Readable, but past the bound, and one that would overflow when added to.
+		"2562047h47m16s": -1, strings.Repeat("1s", 17): -1,
 	} {
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSaveDuration: raw}}}
 		got, ok := SaveDuration(pod)

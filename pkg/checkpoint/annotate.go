@@ -66,8 +66,8 @@ func PodAnnotatorFromEnv(kubeconfig string) (*PodAnnotator, error) {
 }
 
 // Record sets the annotations to t in RFC 3339 (UTC, whole seconds, the
-// form the reclaimer parses) and to took, the longest a save has taken. A
-// merge patch touches only these two annotations.
+// form the reclaimer parses) and to took, how long the run takes to save
+// once asked to stop. A merge patch touches only these two annotations.
 func (a *PodAnnotator) Record(ctx context.Context, t time.Time, took time.Duration) error {
 	_, err := a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.name, types.MergePatchType, api.CheckpointPatch(t, took), metav1.PatchOptions{FieldManager: "gleaner-checkpoint"})
 	if err != nil {

@@ -47,8 +47,8 @@ type Candidate struct {
 	// seconds after the eviction, when the replica the notice made room for
 	// is waiting.
 	Saved bool
-	// SavesInGrace: the pod declares how long its saves take
-	// (api.SaveDuration), and that and SavedGrace to exit fit its capped
+	// SavesInGrace: the pod declares how long it takes to save (DeclaredSave:
+	// not a gang member), and that and SavedGrace to exit fit its capped
 	// grace period: taken at any time, it saves what it has done within the
 	// grace period it is given. A notice's time need not hold it.
 	SavesInGrace bool
@@ -88,9 +88,10 @@ func CappedGrace(pod *v1.Pod, maxGrace time.Duration) time.Duration {
 const SavedGrace = 10 * time.Second
 
 // EvictionGrace is the grace period the reclaimer gives c: its capped grace,
-// or, when shorter, SavedGrace if c saved for its notice, else the time its
-// saves take (api.SaveDuration) and SavedGrace to exit, to the next whole
-// second. A pod's declared save duration can only shorten its own grace.
+// or, when shorter, SavedGrace if c saved for its notice, else the time it
+// takes to save (api.SaveDuration; not for a gang member) and SavedGrace to
+// exit, to the next whole second. A pod's declared save duration can only
+// shorten its own grace.
 func (c Candidate) EvictionGrace(maxGrace time.Duration) time.Duration {
 	g, _ := c.evictionGrace(maxGrace)
 	return g
@@ -111,12 +112,22 @@ func (c Candidate) evictionGrace(maxGrace time.Duration) (time.Duration, string)
 		}
 		return g, ""
 	}
-	if d, ok := api.SaveDuration(c.Pod); ok {
+	if d, ok := DeclaredSave(c.Pod); ok {
 		if s := (d + SavedGrace + time.Second - 1).Truncate(time.Second); s < g {
 			return s, fmt.Sprintf("its saves take %v, and %v to exit", d, SavedGrace)
 		}
 	}
 	return g, ""
+}
+
+// DeclaredSave is the pod's declared save duration (api.SaveDuration), but
+// for a gang member: its gang saves together, and a member stopped early
+// would leave the others' save waiting on it.
+func DeclaredSave(pod *v1.Pod) (time.Duration, bool) {
+	if api.GangKey(pod) != "" {
+		return 0, false
+	}
+	return api.SaveDuration(pod)
 }
 
 // AskedToStop is when the API server says a terminating pod was asked to
@@ -157,7 +168,7 @@ func LostWork(pod *v1.Pod, gpus int64, now time.Time) float64 {
 // server's clock).
 func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGrace time.Duration, t *Terminations) Candidate {
 	gpus := api.PodGPUs(pod, gpuResource)
-	save, declared := api.SaveDuration(pod)
+	save, declared := DeclaredSave(pod)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
 		Overdue:      pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace),
 		SavesInGrace: declared && save+SavedGrace <= CappedGrace(pod, maxGrace)}

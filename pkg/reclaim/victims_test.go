@@ -60,10 +60,6 @@ func TestLostWork(t *testing.T) {
 	}
 }
 
-// TestLostWorkUnstartedWithCheckpoint pins LostWork's doc comment, "A pod that
-// has not started loses nothing", for a pod that carries a checkpoint annotation
-// (e.g. copied from its template by a job that resumes from a checkpoint) but has
-// no status.startTime yet.
 // A reclaim's grace period: the pod's own, capped; SavedGrace for a pod that
 // saved for its notice; the time its saves take and SavedGrace to exit for
 // one that declares it, to the whole second. Neither lengthens a grace
@@ -98,6 +94,8 @@ func TestEvictionGrace(t *testing.T) {
 		{"declares more than the cap: the cap", grace(600, "115s"), false, 120 * time.Second, ""},
 		{"declares nonsense: its grace", grace(120, "-20s"), false, 120 * time.Second, ""},
 		{"declares without a unit: its grace", grace(120, "20"), false, 120 * time.Second, ""},
+		{"declares past the bound: its grace", grace(120, "2562047h47m16s"), false, 120 * time.Second, ""},
+		{"a gang member declares: its grace, for its gang's save", inGang(grace(120, "5s")), false, 120 * time.Second, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Candidate{Pod: tt.pod, Saved: tt.saved}
@@ -109,6 +107,16 @@ func TestEvictionGrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLostWorkUnstartedWithCheckpoint pins LostWork's doc comment, "A pod that
+// has not started loses nothing", for a pod that carries a checkpoint annotation
+// (e.g. copied from its template by a job that resumes from a checkpoint) but has
+// no status.startTime yet.
+// inGang makes p a member of gang "train".
+func inGang(p *v1.Pod) *v1.Pod {
+	p.Labels = map[string]string{api.LabelPodGroup: "train"}
+	return p
 }
 
 func TestLostWorkUnstartedWithCheckpoint(t *testing.T) {

@@ -183,8 +183,9 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 
 // holdNoticed keeps this round from evicting a pod before the time its notice
 // gave, unless inference already needs its GPUs or the pod saves within the
-// grace period it would be given (reclaim.Candidate.SavesInGrace: held, it
-// would only keep a replica waiting): the GPUs its node owes to
+// grace period it would be given (reclaim.Candidate.SavesInGrace) and that
+// time is further off than its save (held, it would only keep a replica
+// waiting): the GPUs its node owes to
 // what the services need for their load now (forecast aside) are taken from
 // the pods without a standing notice first, then from the noticed ones, and
 // only what that leaves is held. A held pod's node owes that much less for
@@ -200,7 +201,14 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	var held []Notice
 	holdable := func(c reclaim.Candidate) bool {
 		g, ok := p.given[c.Pod.UID]
-		return ok && g.At.After(v.now) && api.GangKey(c.Pod) == "" && !c.SavesInGrace
+		if !ok || !g.At.After(v.now) || api.GangKey(c.Pod) != "" {
+			return false
+		}
+		// Held, a pod saves for its notice and leaves SavedGrace after its
+		// time; taken now, one that saves in its grace leaves its save and
+		// SavedGrace after now. Whichever frees its GPUs first.
+		d, ok := reclaim.DeclaredSave(c.Pod)
+		return !c.SavesInGrace || !ok || !g.At.After(v.now.Add(d))
 	}
 	for {
 		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {

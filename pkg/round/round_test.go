@@ -194,20 +194,27 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 
 	// A pod whose declared save fits the grace period the reclaimer gives
 	// it is not held: taken at once, it saves on SIGTERM what it has done,
-	// and the lead's replica gets its GPUs 3 minutes sooner.
-	p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
-	lent.SavesInGrace = true
-	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
-		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+	// and the lead's replica gets its GPUs 3 minutes sooner. Unless its
+	// save takes longer than those 3 minutes: held, it saves for its
+	// notice and leaves 10 s after its time, which is sooner.
+	held := lent
+	for save, want := range map[string][]string{"20s": {"train"}, "3m30s": {}} {
+		p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+		pod := held.Pod.DeepCopy()
+		pod.Annotations = map[string]string{api.AnnotationSaveDuration: save}
+		lent = reclaim.Candidate{Pod: pod, GPUs: held.GPUs, LostWork: held.LostWork, SavesInGrace: true}
+		for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+			d = plan(t0.Add(time.Duration(i)*time.Minute), load)
+		}
+		if len(d.Notices) != 1 || len(d.Victims) != 0 {
+			t.Fatalf("saving in %s: notices %+v, victims %v: want train noticed and not evicted yet", save, d.Notices, names(d.Victims))
+		}
+		d = plan(last.Add(time.Minute), 15)
+		if got := names(d.Victims); !reflect.DeepEqual(got, want) {
+			t.Fatalf("saving in %s: victims %v once the lead needs its GPUs, 3 minutes before its notice's time; want %v", save, got, want)
+		}
 	}
-	if len(d.Notices) != 1 || len(d.Victims) != 0 {
-		t.Fatalf("notices %+v, victims %v: want train noticed and not evicted yet", d.Notices, names(d.Victims))
-	}
-	d = plan(last.Add(time.Minute), 15)
-	if got := names(d.Victims); !reflect.DeepEqual(got, []string{"train"}) {
-		t.Fatalf("victims %v, want train, evicted once the lead needs its GPUs", got)
-	}
-	lent.SavesInGrace = false
+	lent = held
 
 	// Load recedes: no horizon needs the GPUs, and the notice is gone.
 	p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})

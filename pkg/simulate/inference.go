@@ -248,15 +248,22 @@ func (s *sim) bind(svc, node int, t time.Duration) {
 }
 
 // boundAt is when, in the step to t, a replica pending since wanted could
-// bind to node: when the evicted pods that left it in the step gave their
-// GPUs back, if those made its room without the GPUs given back at t.
+// bind to node: bindDelay after the evicted pods that left it in the step
+// gave their GPUs back, if those made its room without the GPUs given back
+// at t; t if that is later.
 func (s *sim) boundAt(node int, wanted, t time.Duration) time.Duration {
 	n := &s.nodes[node]
 	if n.freedAt <= t-s.cfg.ScrapeInterval || n.alloc-n.serving-n.lent-n.freedNow < s.cfg.GPUsPerReplica {
 		return t
 	}
-	return max(n.freedAt, wanted)
+	return min(t, max(n.freedAt+bindDelay, wanted))
 }
+
+// bindDelay is how long after a pod's grace period ends its GPUs take to
+// reach a replica: the kubelet killing and the API server removing it, and
+// the scheduler binding the replica. It is the 5 s the reclaim budget
+// allows for them.
+const bindDelay = 5 * time.Second
 
 // bindPending binds waiting replicas in the order they were wanted, across
 // services, as kube-scheduler's queue pops pods of equal priority: the GPUs an

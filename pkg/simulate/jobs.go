@@ -129,7 +129,8 @@ func (s *sim) candidates(owing map[string]bool, t time.Duration) []reclaim.Candi
 // completed checkpoint. A notice checkpoint in flight goes on through the
 // grace period and counts if it completes within it; one not yet started is
 // not started (the job is told to stop before it began). Without one, a job
-// whose save fits its grace period saves on SIGTERM (unless NoSIGTERMSave).
+// whose save and SavedGrace to exit fit its grace period saves on SIGTERM
+// (unless NoSIGTERMSave).
 func (s *sim) evict(j *simJob, c reclaim.Candidate, t time.Duration) {
 	j.grace = c.EvictionGrace(s.cfg.GracePeriod)
 	if j.saving && j.ckptFrom > t {
@@ -138,7 +139,7 @@ func (s *sim) evict(j *simJob, c reclaim.Candidate, t time.Duration) {
 	if j.saving {
 		// The job goes on saving through its grace period.
 		s.checkpointed(j, t, j.ckptTo <= t+j.grace)
-	} else if !s.cfg.NoSIGTERMSave && j.start <= t && s.checkpointCost(j) <= j.grace {
+	} else if !s.cfg.NoSIGTERMSave && j.start <= t && s.checkpointCost(j)+reclaim.SavedGrace <= j.grace {
 		j.saved, j.savedAt = j.progress(t), t
 	}
 	if j.start > t {

@@ -17,11 +17,11 @@
 //     with the external one each service wants what its load needs now.
 //  3. Pending replicas bind, longest waiting first across services, to the
 //     fullest node with GPUsPerReplica GPUs held by no pod, and serve after
-//     the replica startup time. A replica that waited binds when the
-//     evicted pods that made its room left within the step, not at the
-//     step's end, as kube-scheduler binds a pod once the GPUs it waits
-//     for are free; its load, likewise, is there from when it crossed the
-//     replica's share within the step. A pending replica is left out of the demand
+//     the replica startup time. A replica that waited binds 5 s after the
+//     evicted pods that made its room left within the step (bindDelay: the
+//     kubelet, the API server and kube-scheduler acting), not at the step's
+//     end; its load, likewise, is there from when it crossed the replica's
+//     share within the step. A pending replica is left out of the demand
 //     model's replicas, so the round keeps room for it and reclaims where
 //     the planner places that room: this stands in for gleaner-scheduler's
 //     ReclaimPreemption, which needs the framework. Only the part of a

@@ -581,3 +581,60 @@ func TestRestartCost(t *testing.T) {
 		t.Errorf("a first run starts making progress at %v, want at once", first.start)
 	}
 }
+
+// A replica's load arrives when the load crosses its share within the step,
+// on the line between the step's ends: not at the step's end. A load there
+// at the step's start, never there, or read as steps arrives at the end.
+func TestLoadArrived(t *testing.T) {
+	cfg := handComputed()
+	// Window middles at 5 and 15 minutes: from 0 to 60 req/s, 6 a minute.
+	s := &sim{cfg: cfg, fleet: &Fleet{Window: 10 * time.Minute, Services: []ServiceTrace{{Name: "svc", Rates: []float64{0, 60}}}}}
+	end := 8*time.Minute + 30*time.Second // the load goes from 18 to 21 req/s in this step
+	for _, tt := range []struct {
+		name    string
+		replica int
+		step    bool
+		want    time.Duration
+	}{
+		{"the second replica's 20 req/s are crossed within the step", 1, false, 8*time.Minute + 20*time.Second},
+		{"the first replica's load was there at the step's start", 0, false, end},
+		{"the fourth replica's is not there yet", 3, false, end},
+		{"read as steps, the load changes at steps", 1, true, end},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s.cfg.StepLoad = tt.step
+			if got := s.loadArrived(0, tt.replica, end); (got - tt.want).Abs() > time.Millisecond {
+				t.Errorf("loadArrived = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A replica waiting for GPUs binds 5 s (bindDelay) after the evicted pods
+// that made its room left within the step, or when it was wanted if later;
+// at the step's end when its room came earlier, only with the GPUs given
+// back at the step itself, or too late in the step.
+func TestBoundAt(t *testing.T) {
+	cfg := handComputed()
+	const at = 10 * time.Minute // the step's end; it began 30 s before
+	for _, tt := range []struct {
+		name           string
+		freedAt        time.Duration
+		freedNow, lent int64
+		wanted, want   time.Duration
+	}{
+		{"freed 20 s into the step", at - 10*time.Second, 0, 0, at - time.Minute, at - 5*time.Second},
+		{"freed early in the step: 5 s later", at - 25*time.Second, 0, 0, at - time.Minute, at - 20*time.Second},
+		{"wanted after it was freed", at - 25*time.Second, 0, 0, at - 15*time.Second, at - 15*time.Second},
+		{"freed too late in the step for the 5 s", at - 2*time.Second, 0, 0, at - time.Minute, at},
+		{"freed in an earlier step", at - 40*time.Second, 0, 0, at - time.Minute, at},
+		{"its room needs GPUs given back at the step", at - 20*time.Second, 4, 2, at - time.Minute, at},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &sim{cfg: cfg, nodes: []simNode{{name: "n", alloc: 8, lent: tt.lent, freedAt: tt.freedAt, freedNow: tt.freedNow}}}
+			if got := s.boundAt(0, tt.wanted, at); got != tt.want {
+				t.Errorf("boundAt = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

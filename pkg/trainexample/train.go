@@ -46,8 +46,9 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Recorder is told the time of each saved checkpoint and the longest any
-// save of the run has taken (a PodAnnotator in a cluster).
+// Recorder is told the time of each saved checkpoint and how long, at most,
+// the run takes to save once asked to stop: its longest step and longest
+// save so far (a PodAnnotator in a cluster).
 type Recorder interface {
 	Record(ctx context.Context, t time.Time, took time.Duration) error
 }
@@ -71,9 +72,11 @@ type Trainer struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 
-	// longestSave is the longest a checkpoint of this run took to save: what
-	// the pod declares, so a reclaim gives it that long to save on SIGTERM.
-	longestSave time.Duration
+	// longestStep and longestSave are the longest a step (without
+	// StepDelay, which a stop cuts short) and a checkpoint of this run took:
+	// what a stop waits for, so what the pod declares, and a reclaim gives
+	// it that long to save on SIGTERM.
+	longestStep, longestSave time.Duration
 }
 
 // Result is how a run ended.
@@ -157,7 +160,9 @@ func (t *Trainer) Run(ctx context.Context, stop <-chan struct{}) (Result, error)
 			res.Interrupted = true
 			break
 		}
+		stepBegan := time.Now() // a step's length is the machine's, whatever clock Now keeps
 		sgdStep(res.Weights, t.Data, t.Config.Seed, res.Step, t.Config.Batch, t.Config.LR)
+		t.longestStep = max(t.longestStep, time.Since(stepBegan))
 		res.Step++
 		select {
 		case at, ok := <-t.Notices:
@@ -263,7 +268,7 @@ func (t *Trainer) save(ctx context.Context, id runIdentity, step int64, w []floa
 		// must not eat the grace period.
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if err := t.Recorder.Record(rctx, done, t.longestSave); err != nil {
+		if err := t.Recorder.Record(rctx, done, t.longestStep+t.longestSave); err != nil {
 			t.Log.Warn("could not record the checkpoint time on the pod", "err", err)
 		}
 	}

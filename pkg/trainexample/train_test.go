@@ -133,8 +133,8 @@ func TestStopCheckpointsAndReportsInterrupted(t *testing.T) {
 	}
 }
 
-// Each checkpoint records the longest save so far, not the last: the pod
-// declares how long a save on SIGTERM may take.
+// Each checkpoint records the longest step and save so far, not the last:
+// the pod declares how long a save on SIGTERM may take.
 func TestRecordsTheLongestSave(t *testing.T) {
 	store, err := checkpoint.NewDirStore(t.TempDir())
 	if err != nil {
@@ -150,9 +150,15 @@ func TestRecordsTheLongestSave(t *testing.T) {
 	if _, err := tr.Run(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
+	// The steps' own time (the machine's, well under a second here) is added.
 	want := []time.Duration{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}
-	if !slices.Equal(rec.took, want) {
-		t.Fatalf("recorded save durations %v, want %v", rec.took, want)
+	for i := range rec.took {
+		if i >= len(want) || rec.took[i] < want[i] || rec.took[i] > want[i]+time.Second {
+			t.Fatalf("recorded save durations %v, want %v and a step's time", rec.took, want)
+		}
+	}
+	if len(rec.took) != len(want) {
+		t.Fatalf("recorded %d save durations, want %d", len(rec.took), len(want))
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/gleaner-dev/gleaner/internal/torchtest"
 	"github.com/gleaner-dev/gleaner/pkg/api"
+	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 )
 
 // TestPythonTrainerKeepsTheContract runs examples/python/train.py, with real
@@ -122,17 +123,26 @@ func TestPythonTrainerKeepsTheContract(t *testing.T) {
 		return err == nil && !at.Before(savedAt.Truncate(time.Second))
 	})
 
-	// Evicted at the noticed time, as the reclaimer evicts: the kubelet
-	// sends SIGTERM; the trainer saves and exits 143 within the grace period.
+	// Evicted at the noticed time, as the reclaimer evicts a pod that has not
+	// saved for its notice: with the grace period its declared save and 10 s
+	// to exit make, shorter than submit's 20 s. The kubelet sends SIGTERM;
+	// the trainer saves and exits 143 within it.
 	time.Sleep(time.Until(moved))
-	if err := cp.client.PolicyV1().Evictions(researchNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.pod, Namespace: researchNS}}); err != nil {
+	given := reclaim.Candidate{Pod: k.pod(t, first.pod)}.EvictionGrace(reclaim.DefaultMaxGrace)
+	if given >= 20*time.Second {
+		t.Fatalf("the reclaimer would give %s %v, its whole grace period: its declared save (%q) is not read",
+			first.pod, given, k.pod(t, first.pod).Annotations[api.AnnotationSaveDuration])
+	}
+	grace := int64(given / time.Second)
+	if err := cp.client.PolicyV1().Evictions(researchNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.pod, Namespace: researchNS},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace}}); err != nil {
 		t.Fatalf("evicting %s: %v", first.pod, err)
 	}
 	if code := first.wait(t, 30*time.Second); code != 143 {
 		t.Fatalf("the evicted trainer exited %d, want 143:\n%s", code, first.tail())
 	}
-	if grace := k.graceOf(first); grace != 20 {
-		t.Errorf("%s was deleted with a grace period of %d s, want submit's 20", first.pod, grace)
+	if got := k.graceOf(first); got != grace {
+		t.Errorf("%s was deleted with a grace period of %d s, want the %d s its declared save makes", first.pod, got, grace)
 	}
 
 	// Its Job makes the pod again (an eviction is no failure), and the
