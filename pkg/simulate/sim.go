@@ -44,9 +44,10 @@
 // saves a checkpoint timed to complete by the noticed time when that saves
 // more than it costs (CheckpointCost x GPUs / GPUsPerNode of no progress,
 // counted as lost work); a checkpoint in flight at eviction completes within
-// the grace period. A pod given the time its saves take saves its progress
-// on SIGTERM (unless NoSIGTERMSave); one whose save does not fit its grace
-// period saves nothing then and loses the work since its last checkpoint.
+// the grace period. Without one, a pod whose save and reclaim.SavedGrace to
+// exit fit the grace period it is given saves its progress on SIGTERM
+// (unless NoSIGTERMSave); one whose save does not fit saves nothing then and
+// loses the work since its last checkpoint.
 package simulate
 
 import (
@@ -135,8 +136,8 @@ type Config struct {
 	// GPUs for its whole grace period and loses the work since its last
 	// checkpoint. By default jobs keep that part of the contract as the
 	// reference trainers do: they declare how long their saves take
-	// (gleaner.dev/save-duration), and a pod given at least that saves on
-	// SIGTERM.
+	// (gleaner.dev/save-duration), and a pod whose grace period holds that
+	// and reclaim.SavedGrace saves on SIGTERM.
 	NoSIGTERMSave bool
 	// InferenceAutoscaler scales the services: Gleaner's own, or one of
 	// their own that follows the load (the policy none always uses that).
