@@ -113,11 +113,17 @@ func (c Candidate) evictionGrace(maxGrace time.Duration) (time.Duration, string)
 		return g, ""
 	}
 	if d, ok := DeclaredSave(c.Pod); ok {
-		if s := (d + SavedGrace + time.Second - 1).Truncate(time.Second); s < g {
+		if s := SaveGrace(d); s < g {
 			return s, fmt.Sprintf("its saves take %v, and %v to exit", d, SavedGrace)
 		}
 	}
 	return g, ""
+}
+
+// SaveGrace is the grace period a pod that takes d to save is given when
+// shorter than its own: d and SavedGrace to exit, to the next whole second.
+func SaveGrace(d time.Duration) time.Duration {
+	return (d + SavedGrace + time.Second - 1).Truncate(time.Second)
 }
 
 // DeclaredSave is the pod's declared save duration (api.SaveDuration), but
@@ -171,5 +177,5 @@ func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGr
 	save, declared := DeclaredSave(pod)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
 		Overdue:      pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace),
-		SavesInGrace: declared && save+SavedGrace <= CappedGrace(pod, maxGrace)}
+		SavesInGrace: declared && SaveGrace(save) <= CappedGrace(pod, maxGrace)}
 }

@@ -184,8 +184,8 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 // holdNoticed keeps this round from evicting a pod before the time its notice
 // gave, unless inference already needs its GPUs or the pod saves within the
 // grace period it would be given (reclaim.Candidate.SavesInGrace) and that
-// time is further off than its save (held, it would only keep a replica
-// waiting): the GPUs its node owes to
+// time is further off than its save and a notice step (held, it would only
+// keep a replica waiting): the GPUs its node owes to
 // what the services need for their load now (forecast aside) are taken from
 // the pods without a standing notice first, then from the noticed ones, and
 // only what that leaves is held. A held pod's node owes that much less for
@@ -206,9 +206,14 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		}
 		// Held, a pod saves for its notice and leaves SavedGrace after its
 		// time; taken now, one that saves in its grace leaves its save and
-		// SavedGrace after now. Whichever frees its GPUs first.
+		// SavedGrace after now (EvictionGrace). A time within a notice step
+		// is as near as notices are told: it stands.
 		d, ok := reclaim.DeclaredSave(c.Pod)
-		return !c.SavesInGrace || !ok || !g.At.After(v.now.Add(d))
+		if !c.SavesInGrace || !ok {
+			return true
+		}
+		early := reclaim.SaveGrace(d) - reclaim.SavedGrace
+		return !g.At.After(v.now.Add(max(early, p.cfg.noticeStep())))
 	}
 	for {
 		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {

@@ -195,10 +195,16 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	// A pod whose declared save fits the grace period the reclaimer gives
 	// it is not held: taken at once, it saves on SIGTERM what it has done,
 	// and the lead's replica gets its GPUs 3 minutes sooner. Unless its
-	// save takes longer than those 3 minutes: held, it saves for its
-	// notice and leaves 10 s after its time, which is sooner.
+	// save takes longer than those 3 minutes (held, it saves for its notice
+	// and leaves 10 s after its time, which is sooner), or its time is
+	// within a notice step (a minute here): as near as notices are told.
 	held := lent
-	for save, want := range map[string][]string{"20s": {"train"}, "3m30s": {}} {
+	for _, tt := range []struct {
+		save  string
+		after time.Duration // after last, with the load at 15
+		want  []string
+	}{{"20s", time.Minute, []string{"train"}}, {"3m30s", time.Minute, []string{}}, {"20s", 3*time.Minute + 30*time.Second, []string{}}} {
+		save, want := tt.save, tt.want
 		p = New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
 		pod := held.Pod.DeepCopy()
 		pod.Annotations = map[string]string{api.AnnotationSaveDuration: save}
@@ -209,9 +215,9 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 		if len(d.Notices) != 1 || len(d.Victims) != 0 {
 			t.Fatalf("saving in %s: notices %+v, victims %v: want train noticed and not evicted yet", save, d.Notices, names(d.Victims))
 		}
-		d = plan(last.Add(time.Minute), 15)
+		d = plan(last.Add(tt.after), 15)
 		if got := names(d.Victims); !reflect.DeepEqual(got, want) {
-			t.Fatalf("saving in %s: victims %v once the lead needs its GPUs, 3 minutes before its notice's time; want %v", save, got, want)
+			t.Fatalf("saving in %s: victims %v once the lead needs its GPUs, %v before its notice's time; want %v", save, got, 4*time.Minute-tt.after, want)
 		}
 	}
 	lent = held

@@ -197,9 +197,11 @@ func TestForecastScaleUpGivesNoticeFirst(t *testing.T) {
 	}
 	env.waitVerdict("gpu-a", open(4), 60*time.Second)
 	job := bestEffortPod("job", 4)
-	// Longer than reclaim.SavedGrace: the step, having saved for its notice,
-	// is evicted with that instead.
-	grace := int64(30)
+	// The step's declared save (milliseconds) and reclaim.SavedGrace to exit
+	// round up to 11 s, more than this: so the step is held to its notice's
+	// time, as a pod whose save outlasts its grace period is (one whose save
+	// fits is taken when the lead needs its GPUs: TestPlanEvictsJustInTimeAfterANotice).
+	grace := int64(10)
 	job.Spec.TerminationGracePeriodSeconds = &grace
 	job.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-a"}
 	env.create(job)
@@ -226,7 +228,7 @@ func TestForecastScaleUpGivesNoticeFirst(t *testing.T) {
 	}
 	step.checkpointsFor(given, at)
 	evicted, stopped := step.evicted(90 * time.Second)
-	env.waitEvent(researchNS, "job", reclaim.ReasonReclaimed, fmt.Sprintf("grace period of %ds (it saved for its reclaim notice)", int(reclaim.SavedGrace/time.Second)), 10*time.Second)
+	env.waitEvent(researchNS, "job", reclaim.ReasonReclaimed, fmt.Sprintf("grace period of %ds to return GPUs", int(reclaim.SavedGrace/time.Second)), 10*time.Second)
 	// The notice's time as last moved before the eviction.
 	final := *step.notice.Load()
 	if evicted.Before(final.Add(-time.Second)) {
