@@ -635,7 +635,9 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			}
 			bestEffort = append(bestEffort, p)
 		} else {
-			n.ServingGPUs += gpus
+			if !c.leaving(p, now) {
+				n.ServingGPUs += gpus
+			}
 			// The role label is the pod's own to write: it counts only on a
 			// pod of inference's priority in a namespace the admin opted in,
 			// so a tenant's pod cannot draw reclaims to another's node.
@@ -957,4 +959,19 @@ func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, 
 		klog.FromContext(ctx).V(2).Info("Left availability for the next round", "nodes", left)
 	}
 	return errors.Join(errs...)
+}
+
+// leaving reports whether a pod that is not best-effort is already on its
+// way out (a replica scaled in, a rollout's old pod): terminating within its
+// grace period, granted no longer than --max-reclaim-grace. Its GPUs come
+// back without an eviction and no later than an eviction would give them, so
+// the round counts them as free rather than serving: room for a replica is
+// kept there, as the simulator frees a scaled-in replica's GPUs at once,
+// rather than where GPUs are lent, whose pods would be evicted without notice
+// for a replica that was running a round before. A pod granted more, or
+// terminating past its grace period (a finalizer, a node that stopped
+// answering), still serves.
+func (c *Controller) leaving(p *v1.Pod, now time.Time) bool {
+	return p.DeletionTimestamp != nil && !reclaim.OverGrace(p, c.cfg.MaxReclaimGrace) &&
+		c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace)
 }
