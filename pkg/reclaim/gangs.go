@@ -24,6 +24,8 @@ type Unit struct {
 	LostWork float64
 	// Prepared: every member is (Candidate.Prepared).
 	Prepared bool
+	// Noticed: every member is (Candidate.Noticed, or Prepared).
+	Noticed bool
 
 	// For a member an elastic gang sheds: the gang's Key and how many of its
 	// members may go (live members above the quorum).
@@ -97,7 +99,7 @@ func Units(candidates []Candidate) []Unit {
 		}
 		u, ok := byKey[key]
 		if !ok {
-			u = &Unit{Key: key, Prepared: true}
+			u = &Unit{Key: key, Prepared: true, Noticed: true}
 			byKey[key] = u
 			keys = append(keys, key)
 			quorum[key] = c.Quorum
@@ -105,6 +107,7 @@ func Units(candidates []Candidate) []Unit {
 		u.Members = append(u.Members, c)
 		u.LostWork += c.LostWork
 		u.Prepared = u.Prepared && c.Prepared
+		u.Noticed = u.Noticed && (c.Noticed || c.Prepared) // prepared for a notice it had
 		// Members that disagree (or one that does not know) make the gang rigid.
 		if c.Quorum != quorum[key] {
 			quorum[key] = 0
@@ -121,7 +124,7 @@ func Units(candidates []Candidate) []Unit {
 		if u.elastic {
 			for _, m := range u.Members {
 				units = append(units, Unit{Key: k + "/" + m.Pod.Name, Members: []Candidate{m}, LostWork: m.LostWork,
-					Prepared: m.Prepared, gang: k, spare: len(u.Members) - q})
+					Prepared: m.Prepared, Noticed: m.Noticed || m.Prepared, gang: k, spare: len(u.Members) - q})
 			}
 		}
 	}
@@ -155,10 +158,12 @@ func allowed(units []Unit) bool {
 const exhaustiveLimit = 16
 
 // Choose picks the units to evict so that at least owed GPUs come back on node:
-// the set with the least total cost on node (Unit.on), counting none for Prepared units
-// (pods that checkpointed after their reclaim notice lose nothing they were
-// not warned of, so they go first), then the fewest pods, then the fewest
-// units. An elastic gang sheds members rather than going whole when that
+// the set whose pods without a reclaim notice lose the least (Noticed: the
+// pods warned are the ones that go, and a pod not warned goes only when they
+// do not free enough), then the least total cost on node (Unit.on), counting
+// none for Prepared units (pods that checkpointed after their reclaim notice
+// lose nothing they were not warned of, so they go first), then the fewest
+// pods, then the fewest units. An elastic gang sheds members rather than going whole when that
 // loses less. When no set frees enough, every whole unit that frees something
 // on node is chosen. The result is in eviction order: least lost work first.
 func Choose(units []Unit, node string, owed int64) []Unit {
@@ -212,10 +217,13 @@ func greedyCover(units []unitOn, owed int64) (chosen []Unit, freed int64) {
 
 func cheapestCover(units []unitOn, owed int64) []Unit {
 	type cost struct {
-		lost        float64
-		pods, units int
+		unnoticed, lost float64
+		pods, units     int
 	}
 	better := func(a, b cost) bool {
+		if a.unnoticed != b.unnoticed {
+			return a.unnoticed < b.unnoticed
+		}
 		if a.lost != b.lost {
 			return a.lost < b.lost
 		}
@@ -237,6 +245,9 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 				freed += u.gpus
 				if !u.Prepared {
 					c.lost += u.cost
+				}
+				if !u.Noticed {
+					c.unnoticed += u.cost
 				}
 				c.pods += len(u.Members)
 				c.units++
@@ -260,11 +271,14 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 	return chosen
 }
 
-// lessUnit is the eviction order: prepared first, then least cost on the
-// node (Unit.on), fewest pods, most GPUs back on the node, key.
+// lessUnit is the eviction order: prepared first, then noticed, then least
+// cost on the node (Unit.on), fewest pods, most GPUs back on the node, key.
 func lessUnit(a, b unitOn) bool {
 	if a.Prepared != b.Prepared {
 		return a.Prepared
+	}
+	if a.Noticed != b.Noticed {
+		return a.Noticed
 	}
 	if a.cost != b.cost {
 		return a.cost < b.cost

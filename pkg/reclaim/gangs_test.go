@@ -28,6 +28,11 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace, nil)
 }
 
+func noticed(c Candidate) Candidate {
+	c.Noticed = true
+	return c
+}
+
 func prepared(c Candidate) Candidate {
 	c.Prepared = true
 	return c
@@ -75,6 +80,25 @@ func TestChooseVictims(t *testing.T) {
 			},
 			owed: 4,
 			want: []string{"ml/warned"},
+		},
+		{
+			name: "a pod given a notice goes before one not warned that lost less",
+			candidates: []Candidate{
+				member("fresh", "n1", "", 4, 2*time.Minute), // started two minutes ago, never warned
+				noticed(member("warned", "n1", "", 4, 5*time.Minute)),
+			},
+			owed: 4,
+			want: []string{"ml/warned"},
+		},
+		{
+			name: "pods not warned go only for what the noticed ones do not free, the cheapest of them",
+			candidates: []Candidate{
+				member("fresh", "n1", "", 2, 2*time.Minute),
+				member("older", "n1", "", 2, 5*time.Minute),
+				noticed(member("warned", "n1", "", 2, 9*time.Minute)),
+			},
+			owed: 4,
+			want: []string{"ml/warned", "ml/fresh"},
 		},
 		{
 			name: "one pod with more lost work beats two whose sum is larger",

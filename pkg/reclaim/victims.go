@@ -40,6 +40,11 @@ type Candidate struct {
 	// evicting it now loses (almost) nothing it was warned about. Victims are
 	// chosen among prepared pods first.
 	Prepared bool
+	// Noticed: the pod has a reclaim notice from the round that evicts
+	// (round.Planner's own memory, not the pod's annotation). Victims are
+	// chosen among noticed pods before the others: a notice says the pod
+	// will go, and a pod not warned goes only when those do not free enough.
+	Noticed bool
 	// Saved: the pod saved for its notice (checkpointed at or after it was
 	// given, within a minute before the noticed time) and that time has
 	// come. It has nothing left to save for this eviction, so it gets

@@ -289,6 +289,7 @@ func (p *Planner) markPrepared(candidates []reclaim.Candidate, now time.Time) {
 	for i := range candidates {
 		c := &candidates[i]
 		if g, ok := p.given[c.Pod.UID]; ok {
+			c.Noticed = true
 			if t, ok := api.LastCheckpoint(c.Pod); ok && !t.Before(g.Since) {
 				c.Prepared = true
 				c.Saved = !now.Before(g.At) && !t.Before(g.At.Truncate(time.Second).Add(-savedWithin)) && now.Sub(t) <= 2*savedWithin
