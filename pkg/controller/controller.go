@@ -635,7 +635,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			}
 			bestEffort = append(bestEffort, p)
 		} else {
-			if !c.leaving(p, now) {
+			if !c.leaving(p, now, optedIn) {
 				n.ServingGPUs += gpus
 			}
 			// The role label is the pod's own to write: it counts only on a
@@ -961,17 +961,19 @@ func (c *Controller) publishAvailability(ctx context.Context, nodes []*v1.Node, 
 	return errors.Join(errs...)
 }
 
-// leaving reports whether a pod that is not best-effort is already on its
-// way out (a replica scaled in, a rollout's old pod): terminating within its
-// grace period, granted no longer than --max-reclaim-grace. Its GPUs come
-// back without an eviction and no later than an eviction would give them, so
-// the round counts them as free rather than serving: room for a replica is
-// kept there, as the simulator frees a scaled-in replica's GPUs at once,
-// rather than where GPUs are lent, whose pods would be evicted without notice
-// for a replica that was running a round before. A pod granted more, or
-// terminating past its grace period (a finalizer, a node that stopped
-// answering), still serves.
-func (c *Controller) leaving(p *v1.Pod, now time.Time) bool {
-	return p.DeletionTimestamp != nil && !reclaim.OverGrace(p, c.cfg.MaxReclaimGrace) &&
-		c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace)
+// leaving reports whether an inference replica (in a namespace the admin
+// opted in) is already on its way out (scaled in, a rollout's old pod):
+// terminating within its grace period, granted no longer than
+// --max-reclaim-grace. Its GPUs come back without an eviction and within
+// the cap, as an eviction's would, so the round counts them as free rather
+// than serving: room for a replica is kept there, as the simulator frees a
+// scaled-in replica's GPUs at once, rather than where GPUs are lent, whose
+// pods would be evicted without notice for a replica that was running a
+// round before. A replica granted more, or terminating past its grace
+// period (a finalizer, a node that stopped answering), still serves, and so
+// does any other pod: only the admin's inference owners may free GPUs this
+// way. GPUs a replica holds through DRA claims stay held until it is gone.
+func (c *Controller) leaving(p *v1.Pod, now time.Time, optedIn func(string) bool) bool {
+	return p.DeletionTimestamp != nil && api.IsInference(p) && optedIn(p.Namespace) &&
+		!reclaim.OverGrace(p, c.cfg.MaxReclaimGrace) && c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace)
 }

@@ -69,22 +69,24 @@ func TestSyncCapsATenantsOwnDeletionGrace(t *testing.T) {
 // A replica already leaving (scaled in, terminating within its grace period)
 // gives its GPUs back without an eviction: room for the service's next
 // replica is kept there, and no lent pod is evicted for it. One granted more
-// than the cap, or terminating past its grace period, still holds its GPUs,
-// and the lent pod goes.
+// than the cap, terminating past its grace period, or in a namespace the
+// admin did not opt in, still holds its GPUs, and the lent pod goes.
 func TestSyncKeepsRoomWhereAReplicaIsLeaving(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		grace      int64         // the leaving replica's grace period, seconds
+		namespace  string        // the leaving replica's
+		grace      int64         // its grace period, seconds
 		at         time.Duration // the round, after it was asked to stop at t0
 		wantEvicts []string
 	}{
-		{name: "leaving within its grace", grace: 30, at: time.Second, wantEvicts: []string{}},
-		{name: "granted more than the cap", grace: 24 * 3600, at: time.Second, wantEvicts: []string{"create pods/eviction job"}},
-		{name: "past its grace", grace: 30, at: 5 * time.Minute, wantEvicts: []string{"create pods/eviction job"}},
+		{name: "leaving within its grace", namespace: "serving", grace: 30, at: time.Second, wantEvicts: []string{}},
+		{name: "granted more than the cap", namespace: "serving", grace: 24 * 3600, at: time.Second, wantEvicts: []string{"create pods/eviction job"}},
+		{name: "past its grace", namespace: "serving", grace: 30, at: 5 * time.Minute, wantEvicts: []string{"create pods/eviction job"}},
+		{name: "in a namespace not opted in", namespace: "research", grace: 30, at: time.Second, wantEvicts: []string{"create pods/eviction job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
-			leaving := testobj.Inference("serving", "chat-1", "chat", "a", 4)
+			leaving := testobj.Inference(tt.namespace, "chat-1", "chat", "a", 4)
 			leaving.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Duration(tt.grace) * time.Second)}
 			leaving.DeletionGracePeriodSeconds = &tt.grace
 			tc.set(t,

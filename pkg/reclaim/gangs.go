@@ -24,7 +24,9 @@ type Unit struct {
 	LostWork float64
 	// Prepared: every member is (Candidate.Prepared).
 	Prepared bool
-	// Noticed: every member is (Candidate.Noticed, or Prepared).
+	// Noticed: a member is (Candidate.Noticed, or Prepared): a gang goes
+	// whole, so a notice to one of its members is a notice to the gang, and a
+	// member added since cannot take the gang out of its turn.
 	Noticed bool
 
 	// For a member an elastic gang sheds: the gang's Key and how many of its
@@ -99,7 +101,7 @@ func Units(candidates []Candidate) []Unit {
 		}
 		u, ok := byKey[key]
 		if !ok {
-			u = &Unit{Key: key, Prepared: true, Noticed: true}
+			u = &Unit{Key: key, Prepared: true}
 			byKey[key] = u
 			keys = append(keys, key)
 			quorum[key] = c.Quorum
@@ -107,7 +109,7 @@ func Units(candidates []Candidate) []Unit {
 		u.Members = append(u.Members, c)
 		u.LostWork += c.LostWork
 		u.Prepared = u.Prepared && c.Prepared
-		u.Noticed = u.Noticed && (c.Noticed || c.Prepared) // prepared for a notice it had
+		u.Noticed = u.Noticed || c.Noticed || c.Prepared
 		// Members that disagree (or one that does not know) make the gang rigid.
 		if c.Quorum != quorum[key] {
 			quorum[key] = 0
@@ -159,8 +161,8 @@ const exhaustiveLimit = 16
 
 // Choose picks the units to evict so that at least owed GPUs come back on node:
 // the set whose pods without a reclaim notice lose the least (Noticed: the
-// pods warned are the ones that go, and a pod not warned goes only when they
-// do not free enough), then the least total cost on node (Unit.on), counting
+// pods warned are the ones that go, and a pod not warned that would lose
+// anything goes only for what they do not free), then the least total cost on node (Unit.on), counting
 // none for Prepared units (pods that checkpointed after their reclaim notice
 // lose nothing they were not warned of, so they go first), then the fewest
 // pods, then the fewest units. An elastic gang sheds members rather than going whole when that

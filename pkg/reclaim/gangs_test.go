@@ -180,6 +180,16 @@ func TestChooseVictims(t *testing.T) {
 			want: []string{gangKey + "eval"},
 		},
 		{
+			name: "a gang noticed through one member goes before a pod not warned, whatever members it adds",
+			candidates: []Candidate{
+				noticed(member("g-0", "n1", "train", 2, 30*time.Minute)),
+				member("g-1", "n2", "train", 2, 0), // joined since: no notice of its own
+				member("solo", "n1", "", 2, time.Minute),
+			},
+			owed: 2,
+			want: []string{gangKey + "train"},
+		},
+		{
 			name: "an elastic gang sheds its members on the node, least lost work first, and keeps running",
 			candidates: append(quorum(2,
 				member("e-0", "n1", "elastic", 2, 20*time.Minute), // 2400

@@ -40,10 +40,11 @@ type Candidate struct {
 	// evicting it now loses (almost) nothing it was warned about. Victims are
 	// chosen among prepared pods first.
 	Prepared bool
-	// Noticed: the pod has a reclaim notice from the round that evicts
-	// (round.Planner's own memory, not the pod's annotation). Victims are
-	// chosen among noticed pods before the others: a notice says the pod
-	// will go, and a pod not warned goes only when those do not free enough.
+	// Noticed: the planner that evicts gave the pod a reclaim notice in an
+	// earlier round (its own memory, not the pod's annotation, so a new
+	// leader knows none). Victims are chosen among noticed pods before the
+	// others: a notice says the pod will go, and a pod not warned that would
+	// lose anything goes only for what those do not free.
 	Noticed bool
 	// Saved: the pod saved for its notice (checkpointed at or after it was
 	// given, within a minute before the noticed time) and that time has
