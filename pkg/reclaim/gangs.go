@@ -3,6 +3,7 @@ package reclaim
 import (
 	"slices"
 	"sort"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -162,7 +163,9 @@ const exhaustiveLimit = 16
 // Choose picks the units to evict so that at least owed GPUs come back on node:
 // the set whose pods without a reclaim notice lose the least (Noticed: the
 // pods warned are the ones that go, and a pod not warned that would lose
-// anything goes only for what they do not free), then the least total cost on node (Unit.on), counting
+// anything goes only for what they do not free; a noticed unit that would
+// take longer to leave than one without a notice counts as not noticed),
+// then the least total cost on node (Unit.on), counting
 // none for Prepared units (pods that checkpointed after their reclaim notice
 // lose nothing they were not warned of, so they go first), then the fewest
 // pods, then the fewest units. An elastic gang sheds members rather than going whole when that
@@ -177,7 +180,21 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 	var useful []unitOn
 	for _, u := range units {
 		if g, cost := u.on(node); g > 0 {
-			useful = append(useful, unitOn{u, g, cost})
+			useful = append(useful, unitOn{Unit: u, gpus: g, cost: cost, noticed: u.Noticed})
+		}
+	}
+	// A notice puts a unit first only where it gives the GPUs back no later
+	// than every unit without one would: the replica waiting for them must
+	// not wait longer because the pods it displaces were warned.
+	var soonest time.Duration = -1
+	for _, u := range useful {
+		if l := u.leaves(); !u.Noticed && (soonest < 0 || l < soonest) {
+			soonest = l
+		}
+	}
+	for i := range useful {
+		if useful[i].noticed && soonest >= 0 && useful[i].leaves() > soonest {
+			useful[i].noticed = false
 		}
 	}
 	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j]) })
@@ -195,11 +212,23 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 }
 
 // unitOn is a unit, the GPUs its members hold on the node being chosen for,
-// and what evicting it costs there (see Unit.on).
+// what evicting it costs there (see Unit.on), and whether its notice puts it
+// first (Noticed, and it leaves no later than the units without one).
 type unitOn struct {
 	Unit
-	gpus int64
-	cost float64
+	gpus    int64
+	cost    float64
+	noticed bool
+}
+
+// leaves is how long the unit's members take to go once evicted: the
+// longest grace period the reclaimer gives them (Candidate.EvictionGrace).
+func (u Unit) leaves() time.Duration {
+	var out time.Duration
+	for _, m := range u.Members {
+		out = max(out, m.EvictionGrace(m.maxGrace))
+	}
+	return out
 }
 
 // greedyCover takes units in order while they are allowed together, until
@@ -248,7 +277,7 @@ func cheapestCover(units []unitOn, owed int64) []Unit {
 				if !u.Prepared {
 					c.lost += u.cost
 				}
-				if !u.Noticed {
+				if !u.noticed {
 					c.unnoticed += u.cost
 				}
 				c.pods += len(u.Members)
@@ -279,8 +308,8 @@ func lessUnit(a, b unitOn) bool {
 	if a.Prepared != b.Prepared {
 		return a.Prepared
 	}
-	if a.Noticed != b.Noticed {
-		return a.Noticed
+	if a.noticed != b.noticed {
+		return a.noticed
 	}
 	if a.cost != b.cost {
 		return a.cost < b.cost

@@ -28,6 +28,13 @@ func member(name, node, gang string, gpus int64, ago time.Duration) Candidate {
 	return NewCandidate(p, api.GPUResource, now, DefaultMaxGrace, nil)
 }
 
+// saving is member for a pod that declares its saves take save.
+func saving(name, node string, gpus int64, ago, save time.Duration) Candidate {
+	c := member(name, node, "", gpus, ago)
+	c.Pod.Annotations[api.AnnotationSaveDuration] = save.String()
+	return NewCandidate(c.Pod, api.GPUResource, now, DefaultMaxGrace, nil)
+}
+
 func noticed(c Candidate) Candidate {
 	c.Noticed = true
 	return c
@@ -86,6 +93,24 @@ func TestChooseVictims(t *testing.T) {
 			candidates: []Candidate{
 				member("fresh", "n1", "", 4, 2*time.Minute), // started two minutes ago, never warned
 				noticed(member("warned", "n1", "", 4, 5*time.Minute)),
+			},
+			owed: 4,
+			want: []string{"ml/warned"},
+		},
+		{
+			name: "a noticed pod that would hold its GPUs longer does not go before one without a notice",
+			candidates: []Candidate{
+				saving("quick", "n1", 4, 2*time.Minute, 2*time.Second), // leaves in 12 s
+				noticed(member("warned", "n1", "", 4, 5*time.Minute)),  // its whole 30 s
+			},
+			owed: 4,
+			want: []string{"ml/quick"},
+		},
+		{
+			name: "a noticed pod that leaves as soon as one without a notice goes first",
+			candidates: []Candidate{
+				saving("quick", "n1", 4, 2*time.Minute, 2*time.Second),
+				noticed(saving("warned", "n1", 4, 5*time.Minute, time.Second)), // leaves in 11 s
 			},
 			owed: 4,
 			want: []string{"ml/warned"},

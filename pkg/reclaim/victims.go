@@ -43,8 +43,9 @@ type Candidate struct {
 	// Noticed: the planner that evicts gave the pod a reclaim notice in an
 	// earlier round (its own memory, not the pod's annotation, so a new
 	// leader knows none). Victims are chosen among noticed pods before the
-	// others: a notice says the pod will go, and a pod not warned that would
-	// lose anything goes only for what those do not free.
+	// others that leave no sooner (Choose): a notice says the pod will go,
+	// and a pod not warned that would lose anything goes only for what those
+	// do not free.
 	Noticed bool
 	// Saved: the pod saved for its notice (checkpointed at or after it was
 	// given, within a minute before the noticed time) and that time has
@@ -64,6 +65,11 @@ type Candidate struct {
 	// live members is elastic and sheds members above it one at a time. 0
 	// (unknown, or not a gang) evicts a gang whole.
 	Quorum int32
+
+	// maxGrace is the cap NewCandidate was given: what EvictionGrace is
+	// judged with when victims are chosen (0 for a Candidate built otherwise,
+	// which then leaves at once).
+	maxGrace time.Duration
 }
 
 // DefaultMaxGrace caps the grace period of every reclaim: a best-effort pod
@@ -183,5 +189,5 @@ func NewCandidate(pod *v1.Pod, gpuResource v1.ResourceName, now time.Time, maxGr
 	save, declared := DeclaredSave(pod)
 	return Candidate{Pod: pod, GPUs: gpus, LostWork: LostWork(pod, gpus, now),
 		Overdue:      pod.DeletionTimestamp != nil && !t.Returning(pod, now, maxGrace),
-		SavesInGrace: declared && SaveGrace(save) <= CappedGrace(pod, maxGrace)}
+		SavesInGrace: declared && SaveGrace(save) <= CappedGrace(pod, maxGrace), maxGrace: maxGrace}
 }
