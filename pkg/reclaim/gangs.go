@@ -110,7 +110,7 @@ func Units(candidates []Candidate) []Unit {
 		u.Members = append(u.Members, c)
 		u.LostWork += c.LostWork
 		u.Prepared = u.Prepared && c.Prepared
-		u.Noticed = u.Noticed || c.Noticed || c.Prepared
+		u.Noticed = u.Noticed || c.warned()
 		// Members that disagree (or one that does not know) make the gang rigid.
 		if c.Quorum != quorum[key] {
 			quorum[key] = 0
@@ -127,7 +127,7 @@ func Units(candidates []Candidate) []Unit {
 		if u.elastic {
 			for _, m := range u.Members {
 				units = append(units, Unit{Key: k + "/" + m.Pod.Name, Members: []Candidate{m}, LostWork: m.LostWork,
-					Prepared: m.Prepared, Noticed: m.Noticed || m.Prepared, gang: k, spare: len(u.Members) - q})
+					Prepared: m.Prepared, Noticed: m.warned(), gang: k, spare: len(u.Members) - q})
 			}
 		}
 	}
@@ -178,24 +178,15 @@ func Choose(units []Unit, node string, owed int64) []Unit {
 	// Each unit's GPUs on node, once: a gang's members may be many, and the
 	// exact search below would otherwise walk them for each of its sets.
 	var useful []unitOn
+	anyNoticed := false
 	for _, u := range units {
 		if g, cost := u.on(node); g > 0 {
 			useful = append(useful, unitOn{Unit: u, gpus: g, cost: cost, noticed: u.Noticed})
+			anyNoticed = anyNoticed || u.Noticed
 		}
 	}
-	// A notice puts a unit first only where it gives the GPUs back no later
-	// than every unit without one would: the replica waiting for them must
-	// not wait longer because the pods it displaces were warned.
-	var soonest time.Duration = -1
-	for _, u := range useful {
-		if l := u.leaves(); !u.Noticed && (soonest < 0 || l < soonest) {
-			soonest = l
-		}
-	}
-	for i := range useful {
-		if useful[i].noticed && soonest >= 0 && useful[i].leaves() > soonest {
-			useful[i].noticed = false
-		}
+	if anyNoticed {
+		demoteSlowNoticed(useful)
 	}
 	sort.SliceStable(useful, func(i, j int) bool { return lessUnit(useful[i], useful[j]) })
 	if len(useful) <= exhaustiveLimit {
@@ -229,6 +220,26 @@ func (u Unit) leaves() time.Duration {
 		out = max(out, m.EvictionGrace(m.maxGrace))
 	}
 	return out
+}
+
+// demoteSlowNoticed lets a notice put a unit first only where it gives the
+// GPUs back no later than every unit without one would: the replica waiting
+// for them must not wait longer because the pods it displaces were warned.
+// Each unit's leaves is found once (a gang's walks all its members).
+func demoteSlowNoticed(useful []unitOn) {
+	leaves := make([]time.Duration, len(useful))
+	var soonest time.Duration = -1
+	for i, u := range useful {
+		leaves[i] = u.leaves()
+		if !u.Noticed && (soonest < 0 || leaves[i] < soonest) {
+			soonest = leaves[i]
+		}
+	}
+	for i := range useful {
+		if useful[i].noticed && soonest >= 0 && leaves[i] > soonest {
+			useful[i].noticed = false
+		}
+	}
 }
 
 // greedyCover takes units in order while they are allowed together, until

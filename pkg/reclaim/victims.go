@@ -72,6 +72,9 @@ type Candidate struct {
 	maxGrace time.Duration
 }
 
+// warned: the pod had a notice (Noticed), or saved after one (Prepared).
+func (c Candidate) warned() bool { return c.Noticed || c.Prepared }
+
 // DefaultMaxGrace caps the grace period of every reclaim: a best-effort pod
 // asking for more still gets this long to checkpoint, and no longer, so no
 // tenant's grace period makes inference wait.
