@@ -627,6 +627,7 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			switch {
 			case p.DeletionTimestamp == nil:
 				n.LentGPUs += gpus
+				n.LeavesIn = max(n.LeavesIn, reclaim.LeavesIn(p, c.cfg.MaxReclaimGrace))
 			case c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace):
 				n.LentGPUs += gpus
 				n.ReturningGPUs += gpus

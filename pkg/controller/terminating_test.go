@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gleaner-dev/gleaner/internal/testobj"
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/reclaim"
 	"github.com/gleaner-dev/gleaner/pkg/round"
 	"github.com/gleaner-dev/gleaner/pkg/vllm"
@@ -103,6 +104,49 @@ func TestSyncKeepsRoomWhereAReplicaIsLeaving(t *testing.T) {
 			}
 			if got := only(writes, "pods/eviction"); !reflect.DeepEqual(got, tt.wantEvicts) {
 				t.Errorf("evictions %v, want %v", got, tt.wantEvicts)
+			}
+		})
+	}
+}
+
+// While a replica waits for GPUs, the room it needs is taken, of two nodes
+// otherwise alike, from the one whose lent pods leave sooner (here a pod
+// that declares a 5 s save, so it gets 15 s, against one that gets its whole
+// 120 s); at other times the node's name decides, so the room kept, and the
+// notices given for it, stay put.
+func TestSyncTakesRoomWherePodsLeaveSoonestWhileAReplicaWaits(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		pending   bool
+		wantEvict string
+	}{
+		{name: "a replica waits", pending: true, wantEvict: "job-b"},
+		{name: "load waits, no replica yet", pending: false, wantEvict: "job-a"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
+			grace := int64(120)
+			slow := testobj.BestEffort("research", "job-a", "a", 8, t0.Add(-time.Hour))
+			quick := testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour))
+			quick.Annotations = map[string]string{api.AnnotationSaveDuration: "5s"}
+			slow.Spec.TerminationGracePeriodSeconds, quick.Spec.TerminationGracePeriodSeconds = &grace, &grace
+			tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Node("c", 4),
+				testobj.Inference("serving", "chat-0", "chat", "c", 4), slow, quick, chat(2, nil))
+			serving := fresh("serving", "chat", 4, 0, 4)
+			serving.NodeName = "c"
+			tc.load.loads = []vllm.PodLoad{serving,
+				{Namespace: "serving", Service: "chat", Name: "chat-1", GPUs: 4, Created: t0}} // pending: no node yet
+			if !tt.pending {
+				tc.load.loads = []vllm.PodLoad{fresh("serving", "chat", 16, 4, 4)} // waiting: one more replica
+				tc.load.loads[0].NodeName = "c"
+			}
+			writes, err := tc.sync(t, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := only(writes, "pods/eviction")
+			if len(got) != 1 || !strings.HasSuffix(got[0], " "+tt.wantEvict) {
+				t.Errorf("evictions %v, want %s's", got, tt.wantEvict)
 			}
 		})
 	}

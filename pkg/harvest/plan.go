@@ -6,6 +6,7 @@ package harvest
 import (
 	"container/heap"
 	"sort"
+	"time"
 )
 
 // Node is one node as a plan sees it.
@@ -37,6 +38,10 @@ type Node struct {
 	// the extended resource can use them too: the scheduler backs it with
 	// DRA devices where the node does not advertise it.)
 	DRA bool
+	// LeavesIn is how long the node's lent pods, evicted now, take to give
+	// all their GPUs back: the longest grace period the reclaimer would give
+	// one that is not terminating (reclaim.LeavesIn). 0 when none is lent.
+	LeavesIn time.Duration
 }
 
 // Headroom asks a plan to keep room for whole inference replicas.
@@ -48,6 +53,10 @@ type Headroom struct {
 	// so its room is kept on DRA nodes only. It is placed before any other
 	// service's, which may go anywhere.
 	DRA bool
+	// Waiting: a replica of the service waits for GPUs now. While any does,
+	// the plan takes room that must be reclaimed where the lent pods leave
+	// soonest (Node.LeavesIn), so the GPUs reach it sooner.
+	Waiting bool
 }
 
 // NodePlan is the plan for one node.
@@ -79,8 +88,9 @@ type Plan struct {
 // Headroom is placed one whole replica at a time (largest first), on a node whose
 // free GPUs can hold it, preferring (1) a node where it fits without evicting
 // anything more (its free GPUs, and lent ones already returning), (2) a node already hosting inference, so whole idle nodes stay lendable,
-// (3) the tightest fit. The verdict is draining when lent GPUs exceed harvestable
-// ones, closed when nothing is harvestable, open otherwise (planFor). Nodes outside the pool,
+// (3) the tightest fit, (4) while a replica waits (Headroom.Waiting) and
+// the node must reclaim, the node whose lent pods leave soonest. The verdict
+// is draining when lent GPUs exceed harvestable ones, closed when nothing is harvestable, open otherwise (planFor). Nodes outside the pool,
 // unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
 func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	plan := Plan{Nodes: make(map[string]NodePlan, len(nodes))}
@@ -133,9 +143,11 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 	// Headroom is counted, not listed replica by replica: a service asking for
 	// a billion replicas costs one placement per replica that fits, no more.
 	var wanted []Headroom
+	soonest := false
 	for _, h := range headroom {
 		if h.GPUsPerReplica > 0 && h.Replicas > 0 {
 			wanted = append(wanted, h)
+			soonest = soonest || h.Waiting
 		}
 	}
 	sort.SliceStable(wanted, func(i, j int) bool {
@@ -151,7 +163,7 @@ func place(nodes []Node, headroom []Headroom, plans []NodePlan, placed func(node
 	// heap fix rather than a walk of every node.
 	var unplaced []Headroom
 	for i := 0; i < len(wanted); {
-		q := homeQueue{gpus: wanted[i].GPUsPerReplica}
+		q := homeQueue{gpus: wanted[i].GPUsPerReplica, soonest: soonest}
 		dra := wanted[i].DRA
 		for k := range lendable {
 			if lendable[k].spare >= q.gpus && (lendable[k].DRA || !dra) {
@@ -198,12 +210,13 @@ type home struct {
 
 // homeQueue is a heap of the homes that hold a replica of gpus, best first.
 type homeQueue struct {
-	gpus  int64
-	homes []*home
+	gpus    int64
+	soonest bool // a replica waits: see betterHome
+	homes   []*home
 }
 
 func (q *homeQueue) Len() int           { return len(q.homes) }
-func (q *homeQueue) Less(i, j int) bool { return betterHome(q.homes[i], q.homes[j], q.gpus) }
+func (q *homeQueue) Less(i, j int) bool { return betterHome(q.homes[i], q.homes[j], q.gpus, q.soonest) }
 func (q *homeQueue) Swap(i, j int)      { q.homes[i], q.homes[j] = q.homes[j], q.homes[i] }
 func (q *homeQueue) Push(x any)         { q.homes = append(q.homes, x.(*home)) }
 func (q *homeQueue) Pop() any {
@@ -212,8 +225,12 @@ func (q *homeQueue) Pop() any {
 	return last
 }
 
-// betterHome reports whether a is a better place than b for a replica of size gpus.
-func betterHome(a, b *home, gpus int64) bool {
+// betterHome reports whether a is a better place than b for a replica of size
+// gpus. soonest: a replica waits, so of two nodes that must reclaim and are
+// otherwise alike, the one whose lent pods leave sooner is better. At other
+// times the name decides, so the room stays where it was kept and the
+// notices given for it hold.
+func betterHome(a, b *home, gpus int64, soonest bool) bool {
 	aNoReclaim := a.spare-(a.LentGPUs-a.ReturningGPUs) >= gpus
 	bNoReclaim := b.spare-(b.LentGPUs-b.ReturningGPUs) >= gpus
 	if aNoReclaim != bNoReclaim {
@@ -224,6 +241,9 @@ func betterHome(a, b *home, gpus int64) bool {
 	}
 	if a.spare != b.spare {
 		return a.spare < b.spare
+	}
+	if soonest && !aNoReclaim && a.LeavesIn != b.LeavesIn {
+		return a.LeavesIn < b.LeavesIn
 	}
 	return a.Name < b.Name
 }

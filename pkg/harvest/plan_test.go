@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/gleaner-dev/gleaner/pkg/api"
 )
@@ -25,6 +26,9 @@ func lent(g int64) func(*Node)      { return func(n *Node) { n.LentGPUs = g } }
 func inference(n *Node)             { n.HostsInference = true }
 func returning(g int64) func(*Node) { return func(n *Node) { n.ReturningGPUs = g } }
 func stuck(g int64) func(*Node)     { return func(n *Node) { n.StuckGPUs = g } }
+func leaves(d time.Duration) func(*Node) {
+	return func(n *Node) { n.LeavesIn = d }
+}
 
 func all(fs ...func(*Node)) func(*Node) {
 	return func(n *Node) {
@@ -151,6 +155,34 @@ func TestMakePlan(t *testing.T) {
 				"b": plan(open, 6, 0, 0),
 				"c": plan(closed, 0, 4, 0),
 				"d": plan(open, 3, 0, 0),
+			},
+		},
+		{
+			name: "nodes that must reclaim: the name decides while no replica waits",
+			nodes: []Node{
+				with(poolNode("a", 8), all(lent(8), leaves(2*time.Minute))),
+				with(poolNode("b", 8), all(lent(8), leaves(33*time.Second))),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 1, Replicas: 1}},
+			want: map[string]NodePlan{
+				"a": plan(draining, 7, 1, 1),
+				"b": plan(open, 8, 0, 0),
+			},
+		},
+		{
+			name: "nodes that must reclaim: while a replica waits, where the lent pods leave soonest",
+			nodes: []Node{
+				with(poolNode("a", 8), all(lent(8), leaves(2*time.Minute))),
+				with(poolNode("b", 8), all(lent(8), leaves(33*time.Second))),
+				// t's first replica fits here without a reclaim; its second
+				// goes here too, the tightest fit coming before how soon.
+				with(poolNode("c", 8), all(lent(4), leaves(10*time.Second))),
+			},
+			headroom: []Headroom{{Service: "s", GPUsPerReplica: 1, Replicas: 1}, {Service: "t", GPUsPerReplica: 4, Replicas: 2, Waiting: true}},
+			want: map[string]NodePlan{
+				"a": plan(open, 8, 0, 0),
+				"b": plan(draining, 7, 1, 1),
+				"c": plan(draining, 0, 8, 4),
 			},
 		},
 		{
@@ -382,9 +414,11 @@ func scanPlan(nodes []Node, headroom []Headroom) Plan {
 		lendable = append(lendable, home{Node: n, spare: free})
 	}
 	var wanted []Headroom
+	soonest := false
 	for _, h := range headroom {
 		if h.GPUsPerReplica > 0 && h.Replicas > 0 {
 			wanted = append(wanted, h)
+			soonest = soonest || h.Waiting
 		}
 	}
 	sort.SliceStable(wanted, func(i, j int) bool { return wanted[i].GPUsPerReplica > wanted[j].GPUsPerReplica })
@@ -392,7 +426,7 @@ func scanPlan(nodes []Node, headroom []Headroom) Plan {
 		for placed := 0; placed < r.Replicas; placed++ {
 			var best *home
 			for i := range lendable {
-				if h := &lendable[i]; h.spare >= r.GPUsPerReplica && (best == nil || betterHome(h, best, r.GPUsPerReplica)) {
+				if h := &lendable[i]; h.spare >= r.GPUsPerReplica && (best == nil || betterHome(h, best, r.GPUsPerReplica, soonest)) {
 					best = h
 				}
 			}
@@ -430,10 +464,14 @@ func randomPool(rng *rand.Rand, n int) ([]Node, []Headroom) {
 		if rng.IntN(30) == 0 {
 			nodes[i].StuckGPUs = 1
 		}
+		if lentGPUs > 0 {
+			nodes[i].LeavesIn = time.Duration(1+rng.IntN(3)) * 30 * time.Second
+		}
 	}
 	headroom := make([]Headroom, rng.IntN(12))
 	for i := range headroom {
-		headroom[i] = Headroom{Service: fmt.Sprintf("s%d", i), GPUsPerReplica: []int64{1, 2, 4, 8}[rng.IntN(4)], Replicas: rng.IntN(n)}
+		headroom[i] = Headroom{Service: fmt.Sprintf("s%d", i), GPUsPerReplica: []int64{1, 2, 4, 8}[rng.IntN(4)], Replicas: rng.IntN(n),
+			Waiting: rng.IntN(4) == 0}
 	}
 	return nodes, headroom
 }

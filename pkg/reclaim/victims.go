@@ -135,6 +135,13 @@ func (c Candidate) evictionGrace(maxGrace time.Duration) (time.Duration, string)
 	return g, ""
 }
 
+// LeavesIn is how long pod, evicted now, takes to give its GPUs back when it
+// has not saved for a notice: the grace period the reclaimer gives it
+// (Candidate.EvictionGrace) with its grace capped at maxGrace.
+func LeavesIn(pod *v1.Pod, maxGrace time.Duration) time.Duration {
+	return Candidate{Pod: pod}.EvictionGrace(maxGrace)
+}
+
 // SaveGrace is the grace period a pod that takes d to save is given when
 // shorter than its own: d and SavedGrace to exit, to the next whole second.
 func SaveGrace(d time.Duration) time.Duration {

@@ -210,8 +210,8 @@ func (p *Planner) Plan(obs Observation) Decision {
 	for i := range v.services {
 		s := &v.services[i]
 		s.Need, s.Soon = need[i], soon[i]
-		headroom = appendHeadroom(headroom, s, s.Need.GPUsPerReplica, s.Need.HeadroomReplicas)
-		soonHeadroom = appendHeadroom(soonHeadroom, s, s.Soon.GPUsPerReplica, s.Soon.HeadroomReplicas)
+		headroom = appendHeadroom(headroom, s, s.Need.GPUsPerReplica, s.Need.HeadroomReplicas, true)
+		soonHeadroom = appendHeadroom(soonHeadroom, s, s.Soon.GPUsPerReplica, s.Soon.HeadroomReplicas, true)
 	}
 	d.Services = v.services
 	d.Plan = p.gate.Apply(now, obs.Nodes, harvest.MakePlan(obs.Nodes, headroom), obs.Published)

@@ -99,7 +99,7 @@ func (v *view) headroomFor(forecasts []demand.Forecast) []harvest.Headroom {
 	var out []harvest.Headroom
 	for i, n := range needed {
 		o := &v.services[i].observed
-		out = appendHeadroom(out, &v.services[i], o.GPUsPerReplica, max(0, n-o.Current))
+		out = appendHeadroom(out, &v.services[i], o.GPUsPerReplica, max(0, n-o.Current), false)
 	}
 	return out
 }
@@ -230,10 +230,15 @@ func (v *view) nodePlans(dst []harvest.NodePlan, last, headroom []harvest.Headro
 
 // appendHeadroom adds the room a service keeps for its headroom replicas, if
 // any: one form for every plan of a round, so that equal needs give equal
-// headroom (nodePlans reuses a plan when they do).
-func appendHeadroom(out []harvest.Headroom, s *ServiceDecision, gpusPerReplica int64, spare int) []harvest.Headroom {
+// headroom (nodePlans reuses a plan when they do). now: the plan is of the
+// GPUs taken back this round, so a replica of the service waiting now
+// (pending) has its room taken where lent pods leave soonest
+// (harvest.Headroom.Waiting). The look-ahead plans, which time the notices,
+// keep the room where it was: a notice given holds.
+func appendHeadroom(out []harvest.Headroom, s *ServiceDecision, gpusPerReplica int64, spare int, now bool) []harvest.Headroom {
 	if spare > 0 {
-		out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: gpusPerReplica, Replicas: spare, DRA: s.dra})
+		out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: gpusPerReplica, Replicas: spare, DRA: s.dra,
+			Waiting: now && s.observed.Pending > 0})
 	}
 	return out
 }

@@ -45,6 +45,8 @@ type simJob struct {
 	evicted bool
 	freeAt  time.Duration
 	grace   time.Duration // of its eviction
+	// leaves is the current run's reclaim.LeavesIn (0: not found yet).
+	leaves time.Duration
 	// pod is the current run's pod as last built, for the checkpoint and
 	// eviction it shows.
 	pod        *v1.Pod
@@ -254,6 +256,16 @@ func (s *sim) notify(notices []round.Notice, t time.Duration) {
 	}
 }
 
+// leavesIn is how long job j's pod, evicted at t, takes to leave without a
+// notice saved for (reclaim.LeavesIn): what it declares does not change
+// while it runs, so it is found once a run.
+func (s *sim) leavesIn(j *simJob, t time.Duration) time.Duration {
+	if j.leaves == 0 {
+		j.leaves = reclaim.LeavesIn(s.pod(j, t), s.cfg.GracePeriod)
+	}
+	return j.leaves
+}
+
 // pod is job j as the reclaimer sees it at t.
 func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 	if j.pod != nil && j.podSavedAt == j.savedAt && j.podEvicted == j.evicted {
@@ -397,7 +409,7 @@ func (s *sim) place(t time.Duration) bool {
 		}
 		resumed := j.runs > 0
 		j.node, j.runs = best, j.runs+1
-		j.placed, j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod = t, t, 0, 0, t, false, nil
+		j.placed, j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod, j.leaves = t, t, 0, 0, t, false, nil, 0
 		if resumed {
 			j.start = t + s.restartCost(j)
 			j.savedAt = j.start

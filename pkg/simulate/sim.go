@@ -541,6 +541,12 @@ func (s *sim) plan(t time.Duration) {
 		s.hnodes[i] = harvest.Node{Name: n.name, InPool: true, Schedulable: true, AllocatableGPUs: n.alloc,
 			ServingGPUs: n.serving, LentGPUs: n.lent, ReturningGPUs: n.returning, HostsInference: n.serving > 0}
 	}
+	for _, j := range s.running {
+		if !j.evicted {
+			h := &s.hnodes[j.node]
+			h.LeavesIn = max(h.LeavesIn, s.leavesIn(j, t))
+		}
+	}
 	for i := range s.svcs {
 		s.observed[i].Replicas = s.observe(i, t)
 		s.observed[i].Autoscale = s.autoscaled(i)

@@ -402,11 +402,11 @@ func (pl *ReclaimPreemption) moreWorkToLose(a, b []fwk.PodInfo) (more, decided b
 }
 
 // capGrace deletes a victim again with the grace period a reclaim gives it
-// (reclaim.Candidate.EvictionGrace: its own, capped, or the time it declares
-// its saves take and SavedGrace to exit) when that is shorter than its own,
+// (reclaim.LeavesIn: its own, capped, or the time it declares its saves take
+// and SavedGrace to exit) when that is shorter than its own,
 // so it is gone within it: inference is waiting for its GPUs now.
 func (pl *ReclaimPreemption) capGrace(ctx context.Context, victim *v1.Pod) error {
-	grace := reclaim.Candidate{Pod: victim}.EvictionGrace(pl.maxGrace)
+	grace := reclaim.LeavesIn(victim, pl.maxGrace)
 	if reclaim.Grace(victim) <= grace {
 		return nil
 	}
