@@ -627,7 +627,12 @@ func (c *Controller) observe(ctx context.Context, now time.Time) (observed, erro
 			switch {
 			case p.DeletionTimestamp == nil:
 				n.LentGPUs += gpus
-				n.LeavesIn = max(n.LeavesIn, reclaim.LeavesIn(p, c.cfg.MaxReclaimGrace))
+				// How soon the node's lent GPUs come back: a pod holding
+				// none gives nothing back, and one waiting at Permit is not
+				// bound, so it goes the moment it is deleted.
+				if gpus > 0 && podNode[pi] >= 0 {
+					n.LeavesIn = max(n.LeavesIn, reclaim.LeavesIn(p, c.cfg.MaxReclaimGrace))
+				}
 			case c.terminations.Returning(p, now, c.cfg.MaxReclaimGrace):
 				n.LentGPUs += gpus
 				n.ReturningGPUs += gpus

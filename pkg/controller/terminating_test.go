@@ -129,9 +129,12 @@ func TestSyncTakesRoomWherePodsLeaveSoonestWhileAReplicaWaits(t *testing.T) {
 			slow := testobj.BestEffort("research", "job-a", "a", 8, t0.Add(-time.Hour))
 			quick := testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour))
 			quick.Annotations = map[string]string{api.AnnotationSaveDuration: "5s"}
+			// A pod holding no GPU gives none back: its grace does not count.
+			cpuOnly := testobj.BestEffort("research", "prep", "b", 0, t0.Add(-time.Hour))
 			slow.Spec.TerminationGracePeriodSeconds, quick.Spec.TerminationGracePeriodSeconds = &grace, &grace
+			cpuOnly.Spec.TerminationGracePeriodSeconds = &grace
 			tc.set(t, testobj.Node("a", 8), testobj.Node("b", 8), testobj.Node("c", 4),
-				testobj.Inference("serving", "chat-0", "chat", "c", 4), slow, quick, chat(2, nil))
+				testobj.Inference("serving", "chat-0", "chat", "c", 4), slow, quick, cpuOnly, chat(2, nil))
 			serving := fresh("serving", "chat", 4, 0, 4)
 			serving.NodeName = "c"
 			tc.load.loads = []vllm.PodLoad{serving,

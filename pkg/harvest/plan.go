@@ -40,7 +40,8 @@ type Node struct {
 	DRA bool
 	// LeavesIn is how long the node's lent pods, evicted now, take to give
 	// all their GPUs back: the longest grace period the reclaimer would give
-	// one that is not terminating (reclaim.LeavesIn). 0 when none is lent.
+	// one that holds GPUs, is bound and is not terminating (reclaim.LeavesIn,
+	// which does not know whether it saved for a notice). 0 when none is.
 	LeavesIn time.Duration
 }
 

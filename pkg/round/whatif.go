@@ -230,11 +230,11 @@ func (v *view) nodePlans(dst []harvest.NodePlan, last, headroom []harvest.Headro
 
 // appendHeadroom adds the room a service keeps for its headroom replicas, if
 // any: one form for every plan of a round, so that equal needs give equal
-// headroom (nodePlans reuses a plan when they do). now: the plan is of the
-// GPUs taken back this round, so a replica of the service waiting now
-// (pending) has its room taken where lent pods leave soonest
-// (harvest.Headroom.Waiting). The look-ahead plans, which time the notices,
-// keep the room where it was: a notice given holds.
+// headroom (nodePlans reuses a plan when they do). now: the plan is this
+// round's (what it takes back, and the nodes whose pods it warns), so while
+// a replica of any service waits (pending), room that must be reclaimed is
+// taken where lent pods leave soonest (harvest.Headroom.Waiting). The
+// look-ahead what-ifs, which time the notices, keep the name order.
 func appendHeadroom(out []harvest.Headroom, s *ServiceDecision, gpusPerReplica int64, spare int, now bool) []harvest.Headroom {
 	if spare > 0 {
 		out = append(out, harvest.Headroom{Service: s.Key, GPUsPerReplica: gpusPerReplica, Replicas: spare, DRA: s.dra,
