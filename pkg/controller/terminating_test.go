@@ -113,20 +113,29 @@ func TestSyncKeepsRoomWhereAReplicaIsLeaving(t *testing.T) {
 // otherwise alike, from the one whose lent pods leave sooner (here a pod
 // that declares a 5 s save, so it gets 15 s, against one that gets its whole
 // 120 s); at other times the node's name decides, so the room kept, and the
-// notices given for it, stay put.
+// notices given for it, stay put. A gang member waiting at Permit is not
+// bound and goes at once, whatever its grace; a pod holding no GPU gives
+// none back, so its grace says nothing of the node.
 func TestSyncTakesRoomWherePodsLeaveSoonestWhileAReplicaWaits(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		pending   bool
+		permit    bool // a's pod is a gang member waiting at Permit: not bound, it goes at once
 		wantEvict string
 	}{
 		{name: "a replica waits", pending: true, wantEvict: "job-b"},
 		{name: "load waits, no replica yet", pending: false, wantEvict: "job-a"},
+		{name: "a replica waits, a's pod waits at Permit", pending: true, permit: true, wantEvict: "job-a"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := newTestCluster(t, Config{Policy: round.Config{ReclaimLead: 15 * time.Minute, Margin: -1}})
 			grace := int64(120)
 			slow := testobj.BestEffort("research", "job-a", "a", 8, t0.Add(-time.Hour))
+			if tt.permit {
+				slow = testobj.BestEffort("research", "job-a", "", 8, time.Time{})
+				slow.Labels = map[string]string{api.LabelPodGroup: "train"}
+				slow.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: "a"}
+			}
 			quick := testobj.BestEffort("research", "job-b", "b", 8, t0.Add(-time.Hour))
 			quick.Annotations = map[string]string{api.AnnotationSaveDuration: "5s"}
 			// A pod holding no GPU gives none back: its grace does not count.
