@@ -86,13 +86,16 @@ type Plan struct {
 //	free        = allocatable - serving GPUs (held by pods that are not best-effort) - stuck GPUs
 //	harvestable = free - headroom placed on the node
 //
-// Headroom is placed one whole replica at a time (largest first), on a node whose
-// free GPUs can hold it, preferring (1) a node where it fits without evicting
-// anything more (its free GPUs, and lent ones already returning), (2) a node already hosting inference, so whole idle nodes stay lendable,
-// (3) the tightest fit, (4) while a replica waits (Headroom.Waiting) and
-// the node must reclaim, the node whose lent pods leave soonest. The verdict
-// is draining when lent GPUs exceed harvestable ones, closed when nothing is harvestable, open otherwise (planFor). Nodes outside the pool,
-// unschedulable nodes and nodes whose reservations exceed their allocatable GPUs are closed.
+// Headroom is placed one whole replica at a time (largest first), on a node
+// whose free GPUs can hold it, preferring (1) a node where it fits without
+// evicting anything more (its free GPUs, and lent ones already returning),
+// (2) a node already hosting inference, so whole idle nodes stay lendable,
+// (3) the tightest fit, (4) while a replica waits (Headroom.Waiting) and the
+// node must reclaim, the node whose lent pods leave soonest. The verdict is
+// draining when lent GPUs exceed harvestable ones, closed when nothing is
+// harvestable, open otherwise (planFor). Nodes outside the pool,
+// unschedulable nodes and nodes whose reservations exceed their allocatable
+// GPUs are closed.
 func MakePlan(nodes []Node, headroom []Headroom) Plan {
 	plan := Plan{Nodes: make(map[string]NodePlan, len(nodes))}
 	plans := make([]NodePlan, len(nodes))

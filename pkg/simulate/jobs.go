@@ -45,7 +45,9 @@ type simJob struct {
 	evicted bool
 	freeAt  time.Duration
 	grace   time.Duration // of its eviction
-	// leaves is the current run's reclaim.LeavesIn (0: not found yet).
+	// leaves is the current run's reclaim.LeavesIn: how long its pod,
+	// evicted without having saved for a notice, takes to leave. What it
+	// declares does not change while it runs, so it is found at placement.
 	leaves time.Duration
 	// pod is the current run's pod as last built, for the checkpoint and
 	// eviction it shows.
@@ -256,16 +258,6 @@ func (s *sim) notify(notices []round.Notice, t time.Duration) {
 	}
 }
 
-// leavesIn is how long job j's pod, evicted at t, takes to leave without a
-// notice saved for (reclaim.LeavesIn): what it declares does not change
-// while it runs, so it is found once a run.
-func (s *sim) leavesIn(j *simJob, t time.Duration) time.Duration {
-	if j.leaves == 0 {
-		j.leaves = reclaim.LeavesIn(s.pod(j, t), s.cfg.GracePeriod)
-	}
-	return j.leaves
-}
-
 // pod is job j as the reclaimer sees it at t.
 func (s *sim) pod(j *simJob, t time.Duration) *v1.Pod {
 	if j.pod != nil && j.podSavedAt == j.savedAt && j.podEvicted == j.evicted {
@@ -409,12 +401,13 @@ func (s *sim) place(t time.Duration) bool {
 		}
 		resumed := j.runs > 0
 		j.node, j.runs = best, j.runs+1
-		j.placed, j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod, j.leaves = t, t, 0, 0, t, false, nil, 0
+		j.placed, j.start, j.paused, j.saved, j.savedAt, j.noticed, j.pod = t, t, 0, 0, t, false, nil
 		if resumed {
 			j.start = t + s.restartCost(j)
 			j.savedAt = j.start
 			s.restarted(j, j.start-t)
 		}
+		j.leaves = reclaim.LeavesIn(s.pod(j, t), s.cfg.GracePeriod)
 		n := &s.nodes[best]
 		n.lent += j.GPUs
 		unused := min(n.reclaimed, j.GPUs)

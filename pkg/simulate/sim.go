@@ -544,7 +544,7 @@ func (s *sim) plan(t time.Duration) {
 	for _, j := range s.running {
 		if !j.evicted {
 			h := &s.hnodes[j.node]
-			h.LeavesIn = max(h.LeavesIn, s.leavesIn(j, t))
+			h.LeavesIn = max(h.LeavesIn, j.leaves)
 		}
 	}
 	for i := range s.svcs {
