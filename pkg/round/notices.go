@@ -190,9 +190,12 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 // the pods without a standing notice first, then from the noticed ones, and
 // only what that leaves is held. A held pod's node owes that much less for
 // now, and the victims are chosen again without it. A time given beyond the
-// horizon is pulled in to the horizon's span. Gang members are not held (a
-// rigid gang goes whole; an elastic one counts every running member toward
-// its quorum). It returns the held pods' notices, which stand.
+// horizon is pulled in to the horizon's span. A gang is held whole or not at
+// all: only when every live member is a victim (a rigid gang, or an elastic
+// one taken whole; one shedding members counts every running member toward
+// its quorum, so none of them is held) and every member could be held, and
+// it goes whole if any member's node needs its GPUs for the load now. It
+// returns the held pods' notices, which stand.
 func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	if len(p.given) == 0 {
 		return nil
@@ -201,7 +204,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	var held []Notice
 	holdable := func(c reclaim.Candidate) bool {
 		g, ok := p.given[c.Pod.UID]
-		if !ok || !g.At.After(v.now) || api.GangKey(c.Pod) != "" {
+		if !ok || !g.At.After(v.now) {
 			return false
 		}
 		// Held, a pod saves for its notice and leaves SavedGrace after its
@@ -216,26 +219,34 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		return !g.At.After(v.now.Add(max(early, p.cfg.noticeStep())))
 	}
 	for {
-		if urgent == nil && slices.ContainsFunc(d.Victims, holdable) {
+		units := evictedTogether(d.Victims, d.Candidates)
+		canHold := func(u evictionUnit) bool {
+			return u.whole && !slices.ContainsFunc(u.members, func(c reclaim.Candidate) bool { return !holdable(c) })
+		}
+		if urgent == nil && slices.ContainsFunc(units, canHold) {
 			urgent = owedToLoadNow(v)
 		}
 		// What each node's victims that cannot be held give back already.
 		given := map[string]int64{}
-		for _, vic := range d.Victims {
-			if !holdable(vic) {
-				given[vic.Pod.Spec.NodeName] += vic.GPUs
+		for _, u := range units {
+			if !canHold(u) {
+				for _, vic := range u.members {
+					given[vic.Pod.Spec.NodeName] += vic.GPUs
+				}
 			}
 		}
 		var hold []reclaim.Candidate
-		for _, vic := range d.Victims {
-			if !holdable(vic) {
+		for _, u := range units {
+			if !canHold(u) {
 				continue
 			}
-			if node := vic.Pod.Spec.NodeName; given[node] < urgent[node] {
-				given[node] += vic.GPUs
+			if slices.ContainsFunc(u.members, func(c reclaim.Candidate) bool { return given[c.Pod.Spec.NodeName] < urgent[c.Pod.Spec.NodeName] }) {
+				for _, vic := range u.members {
+					given[vic.Pod.Spec.NodeName] += vic.GPUs
+				}
 				continue
 			}
-			hold = append(hold, vic)
+			hold = append(hold, u.members...)
 		}
 		if len(hold) == 0 {
 			return held
@@ -264,6 +275,51 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		d.Candidates = slices.DeleteFunc(slices.Clone(d.Candidates), func(c reclaim.Candidate) bool { return out[c.Pod] })
 		d.Victims = victims(d.Reclaims, d.Candidates)
 	}
+}
+
+// evictedTogether groups victims by what is evicted together: a lone pod
+// alone, a gang's members as one. A gang some of whose live candidates are
+// not victims (an elastic gang shedding members) is not whole, and cannot be
+// held.
+func evictedTogether(victims, candidates []reclaim.Candidate) []evictionUnit {
+	var out []evictionUnit
+	gang := map[string]int{}
+	for _, vic := range victims {
+		key := api.GangKey(vic.Pod)
+		if key == "" {
+			out = append(out, evictionUnit{members: []reclaim.Candidate{vic}, whole: true})
+			continue
+		}
+		if i, ok := gang[key]; ok {
+			out[i].members = append(out[i].members, vic)
+			continue
+		}
+		gang[key] = len(out)
+		out = append(out, evictionUnit{members: []reclaim.Candidate{vic}})
+	}
+	live := map[string]int{}
+	for _, c := range candidates {
+		if key := api.GangKey(c.Pod); key != "" && c.Pod.DeletionTimestamp == nil {
+			live[key]++
+		}
+	}
+	for key, i := range gang {
+		n := 0
+		for _, vic := range out[i].members {
+			if vic.Pod.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		out[i].whole = n >= live[key]
+	}
+	return out
+}
+
+// evictionUnit is victims evicted together; whole: every live member is
+// among them.
+type evictionUnit struct {
+	members []reclaim.Candidate
+	whole   bool
 }
 
 // owedToLoadNow is the lent GPUs each node owes to what the services need

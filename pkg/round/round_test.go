@@ -2,6 +2,7 @@ package round
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -229,6 +230,83 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 	}
 	if len(d.Notices) != 0 || len(d.Victims) != 0 {
 		t.Fatalf("notices %+v, victims %v after the load receded", d.Notices, names(d.Victims))
+	}
+}
+
+// A gang is held to its notice as a lone pod is, whole: its members on
+// every node stay until the noticed time and go together once the load now
+// needs the GPUs. An elastic gang shedding a member is not held: the member
+// goes when the lead needs it, and the gang keeps its quorum.
+func TestPlanHoldsANoticedGangWhole(t *testing.T) {
+	nodes := []harvest.Node{
+		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true},
+		{Name: "n2", InPool: true, Schedulable: true, AllocatableGPUs: 8, LentGPUs: 8},
+	}
+	for _, tt := range []struct {
+		name   string
+		quorum int32
+		held   bool     // held to its notice while only the lead needs n1's GPUs
+		want   []string // evicted: once the load now needs them, when held
+	}{
+		{"rigid", 0, true, []string{"g-0", "g-1"}},
+		{"elastic, shedding", 1, false, []string{"g-0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
+			var gang []reclaim.Candidate
+			for i, node := range []string{"n1", "n2"} {
+				c := job(fmt.Sprintf("g-%d", i), node, 4, time.Hour)
+				c.Pod.Labels = map[string]string{api.LabelPodGroup: "g"}
+				c.Quorum = tt.quorum
+				gang = append(gang, c)
+			}
+			alone := job("alone", "n2", 4, 2*time.Hour)
+			plan := func(at time.Time, running, waiting float64) Decision {
+				return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4, "n2": 8},
+					Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, running, waiting), Settings: demand.Settings{TargetLoad: 16}}},
+					BestEffort: func(map[string]bool) []reclaim.Candidate { return append(slices.Clone(gang), alone) }})
+			}
+			var d Decision
+			for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+				d = plan(t0.Add(time.Duration(i)*time.Minute), load, 0)
+			}
+			noticed := func(d Decision) []string {
+				out := []string{}
+				for _, n := range d.Notices {
+					out = append(out, n.Pod.Name)
+				}
+				slices.Sort(out)
+				return out
+			}
+			if got := noticed(d); len(d.Victims) != 0 || !slices.Contains(got, "g-0") {
+				t.Fatalf("notices %v, victims %v: want g-0 noticed, nothing evicted yet", got, names(d.Victims))
+			}
+			at := d.Notices[0].At
+			// The lead needs n1's GPUs 3 minutes before the notice's time; the load now does not.
+			d = plan(t0.Add(5*time.Minute), 15, 0)
+			victims := names(d.Victims)
+			slices.Sort(victims)
+			if tt.held {
+				if len(victims) != 0 {
+					t.Fatalf("victims %v before the noticed time %v: want the gang held", victims, at)
+				}
+				if got := noticed(d); !reflect.DeepEqual(got, []string{"g-0", "g-1"}) {
+					t.Fatalf("notices %v: want both members' notices to stand", got)
+				}
+				for _, n := range d.Notices {
+					if !n.At.Equal(at) {
+						t.Fatalf("notice %s at %v, want %v", n.Pod.Name, n.At, at)
+					}
+				}
+				// Requests queue now: the gang goes, whole.
+				d = plan(t0.Add(5*time.Minute+10*time.Second), 16, 8)
+				victims = names(d.Victims)
+				slices.Sort(victims)
+			}
+			if !reflect.DeepEqual(victims, tt.want) {
+				t.Fatalf("victims %v, want %v", victims, tt.want)
+			}
+		})
 	}
 }
 
