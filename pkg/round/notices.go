@@ -28,8 +28,12 @@ type Notice struct {
 	Services []string
 }
 
-// Given is a notice as the planner gave it: since when, and for when.
-type Given struct{ Since, At time.Time }
+// Given is a notice as the planner gave it: since when, for when, and for
+// the GPUs of which node (a gang member's may be another member's).
+type Given struct {
+	Since, At time.Time
+	Node      string
+}
 
 // nearNotice is how far ahead a notice's time falls within the horizon: a
 // later round whose forecast over the reclaim lead needs the pod can be no
@@ -152,7 +156,7 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 		evicted[vic.Pod] = true
 	}
 	var out []Notice
-	noticed := map[*v1.Pod]int{}
+	noticed := map[*v1.Pod]bool{}
 	_, _, _ = reclaim.Take(deferred, d.Candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
 		if evicted[c.Pod] {
 			return nil
@@ -161,16 +165,14 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 		if !ok {
 			when = latest
 		}
-		if i, seen := noticed[c.Pod]; seen { // a gang member, through another member's node
-			if when.Before(out[i].At) {
-				out[i].At, out[i].Node, out[i].Services = when, o.Node, warn.HeadroomFor[o.Node]
-			}
+		if noticed[c.Pod] {
 			return nil
 		}
-		noticed[c.Pod] = len(out)
+		noticed[c.Pod] = true
 		out = append(out, Notice{Candidate: c, At: when, Node: o.Node, Services: warn.HeadroomFor[o.Node]})
 		return nil
 	})
+	gangsGoTogether(out, at, warn.HeadroomFor)
 	// A time that moved by less than the step it is found to stays as given:
 	// what the pod was told is what holds it (holdNoticed).
 	for i := range out {
@@ -179,6 +181,33 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 		}
 	}
 	return out
+}
+
+// gangsGoTogether gives every member of a gang among the notices the time of
+// the first of its members' nodes to need it. reclaim.Take chooses a gang
+// through one node and counts its members on the others as leaving for
+// theirs, so each notice names the node it was chosen through; a node
+// whose time comes sooner takes the gang then.
+func gangsGoTogether(notices []Notice, at map[string]time.Time, headroomFor map[string][]string) {
+	first := map[string]int{}
+	for i := range notices {
+		n := &notices[i]
+		key := api.GangKey(n.Pod)
+		if key == "" {
+			continue
+		}
+		if t, ok := at[n.Pod.Spec.NodeName]; ok && t.Before(n.At) {
+			n.At, n.Node, n.Services = t, n.Pod.Spec.NodeName, headroomFor[n.Pod.Spec.NodeName]
+		}
+		if j, ok := first[key]; !ok || n.At.Before(notices[j].At) {
+			first[key] = i
+		}
+	}
+	for i := range notices {
+		if j, ok := first[api.GangKey(notices[i].Pod)]; ok {
+			notices[i].At, notices[i].Node, notices[i].Services = notices[j].At, notices[j].Node, notices[j].Services
+		}
+	}
 }
 
 // holdNoticed keeps this round from evicting a pod before the time its notice
@@ -190,8 +219,9 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 // the pods without a standing notice first, then from the noticed ones, and
 // only what that leaves is held. A held pod's node owes that much less for
 // now, and the victims are chosen again without it. A time given beyond the
-// horizon is pulled in to the horizon's span. A gang is held whole or not at
-// all: only when every live member is a victim (a rigid gang, or an elastic
+// horizon is pulled in to the horizon's span. A pod that has not started
+// (a gang member waiting at Permit) has nothing to save and is not held. A
+// gang is held whole or not at all: only when every live member is a victim (a rigid gang, or an elastic
 // one taken whole; one shedding members counts every running member toward
 // its quorum, so none of them is held) and every member could be held, and
 // it goes whole if any member's node needs its GPUs for the load now. It
@@ -204,7 +234,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	var held []Notice
 	holdable := func(c reclaim.Candidate) bool {
 		g, ok := p.given[c.Pod.UID]
-		if !ok || !g.At.After(v.now) {
+		if !ok || !g.At.After(v.now) || notStarted(c.Pod) {
 			return false
 		}
 		// Held, a pod saves for its notice and leaves SavedGrace after its
@@ -262,11 +292,15 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		}
 		for _, h := range hold {
 			out[h.Pod] = true
-			at := p.given[h.Pod.UID].At
+			g := p.given[h.Pod.UID]
+			at, node := g.At, g.Node
 			if at.After(limit) {
 				at = limit
 			}
-			held = append(held, Notice{Candidate: h, At: at, Node: h.Pod.Spec.NodeName, Services: d.Plan.HeadroomFor[h.Pod.Spec.NodeName]})
+			if node == "" {
+				node = h.Pod.Spec.NodeName
+			}
+			held = append(held, Notice{Candidate: h, At: at, Node: node, Services: d.Plan.HeadroomFor[node]})
 			if i, ok := owing[h.Pod.Spec.NodeName]; ok {
 				d.Reclaims[i].GPUs -= h.GPUs
 			}
@@ -322,6 +356,12 @@ type evictionUnit struct {
 	whole   bool
 }
 
+// notStarted: the pod has not run (a gang member waiting at Permit, counted
+// on the node it was nominated to): it has nothing to save for a notice.
+func notStarted(pod *v1.Pod) bool {
+	return pod.Status.StartTime == nil && pod.Status.Phase != v1.PodRunning
+}
+
 // owedToLoadNow is the lent GPUs each node owes to what the services need
 // for their load now, forecast aside: inference is already waiting for them.
 func owedToLoadNow(v *view) map[string]int64 {
@@ -372,7 +412,7 @@ func (p *Planner) remember(now time.Time, notices []Notice) {
 		if g, ok := p.given[n.Pod.UID]; ok {
 			since = g.Since
 		}
-		next[n.Pod.UID] = Given{At: n.At, Since: since}
+		next[n.Pod.UID] = Given{At: n.At, Since: since, Node: n.Node}
 	}
 	p.given = next
 }

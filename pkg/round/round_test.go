@@ -234,9 +234,12 @@ func TestPlanEvictsJustInTimeAfterANotice(t *testing.T) {
 }
 
 // A gang is held to its notice as a lone pod is, whole: its members on
-// every node stay until the noticed time and go together once the load now
-// needs the GPUs. An elastic gang shedding a member is not held: the member
-// goes when the lead needs it, and the gang keeps its quorum.
+// every node stay until the noticed time, their notices naming the node
+// they were given for, and go together once the load now needs the GPUs.
+// An elastic gang shedding a member is not held: the member goes when the
+// lead needs it, and the gang keeps its quorum. Nor is a gang one of whose
+// members waits at Permit (counted on its nominated node): it has nothing
+// to save.
 func TestPlanHoldsANoticedGangWhole(t *testing.T) {
 	nodes := []harvest.Node{
 		{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true},
@@ -245,11 +248,13 @@ func TestPlanHoldsANoticedGangWhole(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		quorum int32
+		permit bool     // g-1 waits at Permit, nominated to n2
 		held   bool     // held to its notice while only the lead needs n1's GPUs
 		want   []string // evicted: once the load now needs them, when held
 	}{
-		{"rigid", 0, true, []string{"g-0", "g-1"}},
-		{"elastic, shedding", 1, false, []string{"g-0"}},
+		{"rigid", 0, false, true, []string{"g-0", "g-1"}},
+		{"elastic, shedding", 1, false, false, []string{"g-0"}},
+		{"rigid, a member waiting at Permit", 0, true, false, []string{"g-0", "g-1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
@@ -258,6 +263,10 @@ func TestPlanHoldsANoticedGangWhole(t *testing.T) {
 				c := job(fmt.Sprintf("g-%d", i), node, 4, time.Hour)
 				c.Pod.Labels = map[string]string{api.LabelPodGroup: "g"}
 				c.Quorum = tt.quorum
+				if i == 1 && tt.permit {
+					c.Pod.Status = v1.PodStatus{Phase: v1.PodPending, NominatedNodeName: node}
+					c.LostWork = 0
+				}
 				gang = append(gang, c)
 			}
 			alone := job("alone", "n2", 4, 2*time.Hour)
@@ -294,8 +303,8 @@ func TestPlanHoldsANoticedGangWhole(t *testing.T) {
 					t.Fatalf("notices %v: want both members' notices to stand", got)
 				}
 				for _, n := range d.Notices {
-					if !n.At.Equal(at) {
-						t.Fatalf("notice %s at %v, want %v", n.Pod.Name, n.At, at)
+					if !n.At.Equal(at) || n.Node != "n1" {
+						t.Fatalf("notice %s at %v for %s, want %v for n1", n.Pod.Name, n.At, n.Node, at)
 					}
 				}
 				// Requests queue now: the gang goes, whole.
@@ -307,6 +316,28 @@ func TestPlanHoldsANoticedGangWhole(t *testing.T) {
 				t.Fatalf("victims %v, want %v", victims, tt.want)
 			}
 		})
+	}
+}
+
+// reclaim.Take chooses a gang through one node; a node of another member
+// whose time comes sooner takes it then, so every member is told that time.
+func TestGangsGoTogether(t *testing.T) {
+	member := func(name, node string) Notice {
+		c := job(name, node, 4, time.Hour)
+		c.Pod.Labels = map[string]string{api.LabelPodGroup: "g"}
+		return Notice{Candidate: c, At: t0.Add(8 * time.Minute), Node: "a", Services: []string{"serving/chat"}}
+	}
+	lone := Notice{Candidate: job("lone", "b", 4, time.Hour), At: t0.Add(8 * time.Minute), Node: "b"}
+	notices := []Notice{member("g-0", "a"), member("g-1", "b"), member("g-2", "c"), lone}
+	at := map[string]time.Time{"a": t0.Add(8 * time.Minute), "b": t0.Add(3 * time.Minute)}
+	gangsGoTogether(notices, at, map[string][]string{"b": {"serving/code"}})
+	for _, n := range notices[:3] {
+		if !n.At.Equal(t0.Add(3*time.Minute)) || n.Node != "b" || !reflect.DeepEqual(n.Services, []string{"serving/code"}) {
+			t.Errorf("%s: at %v for %s %v, want b's time %v for serving/code", n.Pod.Name, n.At, n.Node, n.Services, t0.Add(3*time.Minute))
+		}
+	}
+	if n := notices[3]; !n.At.Equal(t0.Add(8*time.Minute)) || n.Node != "b" {
+		t.Errorf("a lone pod's notice moved: %+v", n)
 	}
 }
 
