@@ -221,11 +221,12 @@ func gangsGoTogether(notices []Notice, at map[string]time.Time, headroomFor map[
 // now, and the victims are chosen again without it. A time given beyond the
 // horizon is pulled in to the horizon's span. A pod that has not started
 // (a gang member waiting at Permit) has nothing to save and is not held. A
-// gang is held whole or not at all: only when every live member is a victim (a rigid gang, or an elastic
-// one taken whole; one shedding members counts every running member toward
-// its quorum, so none of them is held) and every member could be held, and
-// it goes whole if any member's node needs its GPUs for the load now. It
-// returns the held pods' notices, which stand.
+// gang is held whole or not at all: only when every live member is a
+// victim (a rigid gang, or an elastic one taken whole; one shedding members
+// counts every running member toward its quorum, so none of them is held)
+// and every member could be held, and it goes whole if any member's node
+// needs its GPUs for the load now. It returns the held pods' notices, which
+// stand.
 func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	if len(p.given) == 0 {
 		return nil
