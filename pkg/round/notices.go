@@ -156,7 +156,7 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 		evicted[vic.Pod] = true
 	}
 	var out []Notice
-	noticed := map[*v1.Pod]bool{}
+	// Take hands each pod over once (a gang through the node it is chosen for).
 	_, _, _ = reclaim.Take(deferred, d.Candidates, func(c reclaim.Candidate, o reclaim.Owed) error {
 		if evicted[c.Pod] {
 			return nil
@@ -165,10 +165,6 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 		if !ok {
 			when = latest
 		}
-		if noticed[c.Pod] {
-			return nil
-		}
-		noticed[c.Pod] = true
 		out = append(out, Notice{Candidate: c, At: when, Node: o.Node, Services: warn.HeadroomFor[o.Node]})
 		return nil
 	})
@@ -251,24 +247,25 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 	}
 	for {
 		units := evictedTogether(d.Victims, d.Candidates)
-		canHold := func(u evictionUnit) bool {
-			return u.whole && !slices.ContainsFunc(u.members, func(c reclaim.Candidate) bool { return !holdable(c) })
+		canHold := make([]bool, len(units))
+		for i, u := range units {
+			canHold[i] = u.whole && !slices.ContainsFunc(u.members, func(c reclaim.Candidate) bool { return !holdable(c) })
 		}
-		if urgent == nil && slices.ContainsFunc(units, canHold) {
+		if urgent == nil && slices.Contains(canHold, true) {
 			urgent = owedToLoadNow(v)
 		}
 		// What each node's victims that cannot be held give back already.
 		given := map[string]int64{}
-		for _, u := range units {
-			if !canHold(u) {
+		for i, u := range units {
+			if !canHold[i] {
 				for _, vic := range u.members {
 					given[vic.Pod.Spec.NodeName] += vic.GPUs
 				}
 			}
 		}
 		var hold []reclaim.Candidate
-		for _, u := range units {
-			if !canHold(u) {
+		for i, u := range units {
+			if !canHold[i] {
 				continue
 			}
 			if slices.ContainsFunc(u.members, func(c reclaim.Candidate) bool { return given[c.Pod.Spec.NodeName] < urgent[c.Pod.Spec.NodeName] }) {
@@ -294,14 +291,11 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		for _, h := range hold {
 			out[h.Pod] = true
 			g := p.given[h.Pod.UID]
-			at, node := g.At, g.Node
+			at := g.At
 			if at.After(limit) {
 				at = limit
 			}
-			if node == "" {
-				node = h.Pod.Spec.NodeName
-			}
-			held = append(held, Notice{Candidate: h, At: at, Node: node, Services: d.Plan.HeadroomFor[node]})
+			held = append(held, Notice{Candidate: h, At: at, Node: g.Node, Services: d.Plan.HeadroomFor[g.Node]})
 			if i, ok := owing[h.Pod.Spec.NodeName]; ok {
 				d.Reclaims[i].GPUs -= h.GPUs
 			}
@@ -315,7 +309,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 // evictedTogether groups victims by what is evicted together: a lone pod
 // alone, a gang's members as one. A gang some of whose live candidates are
 // not victims (an elastic gang shedding members) is not whole, and cannot be
-// held.
+// held. Victims are live: reclaim.Take never takes a terminating pod.
 func evictedTogether(victims, candidates []reclaim.Candidate) []evictionUnit {
 	var out []evictionUnit
 	gang := map[string]int{}
@@ -339,13 +333,7 @@ func evictedTogether(victims, candidates []reclaim.Candidate) []evictionUnit {
 		}
 	}
 	for key, i := range gang {
-		n := 0
-		for _, vic := range out[i].members {
-			if vic.Pod.DeletionTimestamp == nil {
-				n++
-			}
-		}
-		out[i].whole = n >= live[key]
+		out[i].whole = len(out[i].members) >= live[key]
 	}
 	return out
 }
