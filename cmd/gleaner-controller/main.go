@@ -131,7 +131,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxScaleUp, "autoscale-max-scale-up", 4, "Most replicas added in one decision.")
 	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxScaleDown, "autoscale-max-scale-down", 1, "Most replicas removed in one decision.")
 	nfs.FlagSet("autoscale").IntVar(&f.cfg.Policy.Autoscale.MaxReplicas, "autoscale-max-replicas", 64, "Replica ceiling for Deployments without gleaner.dev/max-replicas.")
-	nfs.FlagSet("policy").DurationVar(&f.cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval.")
+	nfs.FlagSet("policy").DurationVar(&f.cfg.SyncPeriod, "sync-period", 0, "How often to re-plan; default: the scrape interval. Rounds start on its multiples (in wall time), and reclaim notices name a round's time.")
 	nfs.FlagSet("demand").StringSliceVar(&f.cfg.Metrics.Namespaces, "inference-namespaces", nil, "Namespaces of inference pods, comma-separated: the only ones whose inference pods and Deployments count. Empty: every namespace labelled by --inference-namespace-selector.")
 	nfs.FlagSet("demand").StringVar(&f.inferenceNamespaceSelector, "inference-namespace-selector", api.LabelInferenceNamespace+"=true", "Label selector of the namespaces opted in as inference when --inference-namespaces is empty. Inference pods elsewhere make no demand, so tenants cannot forge it; only the admin should be able to label namespaces.")
 	nfs.FlagSet("vllm metrics").StringVar(&f.cfg.Metrics.Scheme, "metrics-scheme", "http", "Scheme of the vLLM metrics endpoints: http or https.")

@@ -156,6 +156,9 @@ func (c *Config) defaults() {
 	if c.SyncPeriod <= 0 {
 		c.SyncPeriod = c.Metrics.Interval
 	}
+	if c.Policy.RoundPeriod <= 0 {
+		c.Policy.RoundPeriod = c.SyncPeriod // rounds start on its grid (Run)
+	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -412,11 +415,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	cancelRestore()
 	logger.Info("Planning harvest", "syncPeriod", c.cfg.SyncPeriod)
 	for ctx.Err() == nil {
-		start := time.Now()
 		if err := c.Sync(ctx); err != nil {
 			logger.Error(err, "Harvest sync failed")
 		}
-		next := time.NewTimer(nextRound(c.cfg.SyncPeriod, time.Since(start)))
+		next := time.NewTimer(nextRound(c.cfg.SyncPeriod, time.Now()))
 		select {
 		case <-ctx.Done():
 			next.Stop()
@@ -431,14 +433,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	return <-loadDone
 }
 
-// nextRound is how long to wait after a round that took took: rounds start a
-// sync period apart, so that a round long in its writes (a load step at fleet
-// scale evicts for seconds) does not put its own length between its
-// evictions and the next round's; but the next starts no sooner than a fifth
-// of a period after it, so that the informers and the API server get a
-// breath between rounds.
-func nextRound(period, took time.Duration) time.Duration {
-	return max(period-took, period/5)
+// nextRound is how long to wait, at now after a round, for the next: rounds
+// start on multiples of the sync period (time.Truncate's grid), where the
+// planner puts the times of its notices (round.Config.RoundPeriod), so that
+// a noticed pod is evicted when it was told and not up to a period later.
+// A round long in its writes (a load step at fleet scale evicts for seconds)
+// does not put its own length between its evictions and the next round's,
+// but the next starts no sooner than a fifth of a period after it, so that
+// the informers and the API server get a breath between rounds; the one
+// after is on the grid again.
+func nextRound(period time.Duration, now time.Time) time.Duration {
+	return max(now.Truncate(period).Add(period).Sub(now), period/5)
 }
 
 // Sync runs one planning round: observe, plan, act. A round gets at most the

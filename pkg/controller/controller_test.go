@@ -951,14 +951,15 @@ func TestGangMemberWaitingAtPermitIsSeenAndReclaimed(t *testing.T) {
 
 // TestNextRoundStartsAPeriodAfterTheLast: a round long in its writes is
 // followed at once (a fifth of a period later), not a whole period later.
-func TestNextRoundStartsAPeriodAfterTheLast(t *testing.T) {
-	for _, tc := range []struct{ took, want time.Duration }{
-		{took: 300 * time.Millisecond, want: 4700 * time.Millisecond},
-		{took: 4500 * time.Millisecond, want: time.Second},
-		{took: 17 * time.Second, want: time.Second},
+func TestNextRoundStartsOnThePeriodsGrid(t *testing.T) {
+	grid := time.Date(2026, 12, 7, 18, 8, 15, 0, time.UTC) // a multiple of 5 s
+	for _, tc := range []struct{ after, want time.Duration }{
+		{after: 300 * time.Millisecond, want: 4700 * time.Millisecond},
+		{after: 4500 * time.Millisecond, want: time.Second}, // a breath: off the grid once
+		{after: 17 * time.Second, want: 3 * time.Second},
 	} {
-		if got := nextRound(5*time.Second, tc.took); got != tc.want {
-			t.Errorf("nextRound(5s, %v) = %v, want %v", tc.took, got, tc.want)
+		if got := nextRound(5*time.Second, grid.Add(tc.after)); got != tc.want {
+			t.Errorf("nextRound(5s, %v after a multiple) = %v, want %v", tc.after, got, tc.want)
 		}
 	}
 }

@@ -421,6 +421,51 @@ func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
 	}
 }
 
+// Notice times fall on rounds: with rounds every 30 s, a round 7 s past
+// the grid (a long round before it) counts its notices' times from the
+// grid, so the pod is told a round's time to the second and goes in that
+// round, not a round later. Steps are whole rounds (the nearest, at least
+// one): a compressed day's 1.1 s far step is a 1 s round.
+func TestNoticeTimesFallOnRounds(t *testing.T) {
+	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
+	lent := job("train", "n1", 4, time.Hour)
+	for _, period := range []time.Duration{0, 30 * time.Second} {
+		p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1, RoundPeriod: period})
+		plan := func(at time.Time, load float64) Decision {
+			return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
+				Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
+				BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
+		}
+		var d Decision
+		for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
+			d = plan(t0.Add(time.Duration(i)*time.Minute+7*time.Second), load)
+		}
+		// As in TestPlanEvictsJustInTimeAfterANotice, 4 minutes on.
+		want := t0.Add(8*time.Minute + 7*time.Second)
+		if period > 0 {
+			want = t0.Add(8 * time.Minute)
+		}
+		if len(d.Notices) != 1 || !d.Notices[0].At.Equal(want) {
+			t.Fatalf("rounds every %v: notices %+v, want train's at %v", period, d.Notices, want)
+		}
+		// The round on the grid at 8 minutes, 2 ms late, with the lead
+		// needing the GPUs and the load now not: the time has come on the
+		// grid, not without it.
+		d = plan(t0.Add(8*time.Minute+2*time.Millisecond), 15)
+		if got, wantGone := names(d.Victims), period > 0; (len(got) == 1) != wantGone {
+			t.Fatalf("rounds every %v: victims %v in the round at 8 minutes, want train evicted: %v", period, got, wantGone)
+		}
+	}
+	compressed := Config{Horizon: 5600 * time.Millisecond, ReclaimLead: 4 * time.Second, NoticeHorizon: 15 * time.Second}
+	if got := compressed.noticeFarStep(); got != 1100*time.Millisecond {
+		t.Fatalf("far step %v without rounds, want 1.1s", got)
+	}
+	compressed.RoundPeriod = time.Second
+	if near, far := compressed.noticeStep(), compressed.noticeFarStep(); near != time.Second || far != time.Second {
+		t.Fatalf("steps %v and %v with 1 s rounds, want 1s each", near, far)
+	}
+}
+
 // Beyond the horizon, out to the notice horizon, the forecast warns without
 // closing anything: a node whose lent GPUs only the hour's forecast needs
 // keeps lending, its pods get notices with the time found to five minutes,

@@ -262,6 +262,7 @@ func (c Config) RoundConfig(policy Policy) (round.Config, error) {
 		WithoutProfile:    policy != Forecast,
 		WithoutTrend:      c.NoTrend,
 		WithoutNotices:    c.WithoutNotices,
+		RoundPeriod:       c.ScrapeInterval,
 	}
 	if c.Margin == 0 {
 		r.Margin = -1 // none: the round reads zero as its default
