@@ -393,18 +393,23 @@ func TestDrainTakesEveryLentGPUBack(t *testing.T) {
 	}
 }
 
-// A notice's time found to have moved by less than the step it is found to
-// (a minute here) stays as given: the time the pod was told is the time that
-// holds it.
-func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
+// planHalfLent plans the node n1 with p, at the load given to
+// serving/chat's one replica (target 16 requests): 4 of n1's 8 GPUs serve
+// it, and 4 are lent to lent.
+func planHalfLent(p *Planner, lent reclaim.Candidate) func(at time.Time, load float64) Decision {
 	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
-	p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1})
-	lent := job("train", "n1", 4, time.Hour)
-	plan := func(at time.Time, load float64) Decision {
+	return func(at time.Time, load float64) Decision {
 		return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
 			Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
 			BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
 	}
+}
+
+// A notice's time found to have moved by less than the step it is found to
+// (a minute here) stays as given: the time the pod was told is the time that
+// holds it.
+func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
+	plan := planHalfLent(New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1}), job("train", "n1", 4, time.Hour))
 	var d Decision
 	for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
 		d = plan(t0.Add(time.Duration(i)*time.Minute), load)
@@ -427,15 +432,8 @@ func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
 // round, not a round later. Steps are whole rounds (the nearest, at least
 // one): a compressed day's 1.1 s far step is a 1 s round.
 func TestNoticeTimesFallOnRounds(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
-	lent := job("train", "n1", 4, time.Hour)
 	for _, period := range []time.Duration{0, 30 * time.Second} {
-		p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1, RoundPeriod: period})
-		plan := func(at time.Time, load float64) Decision {
-			return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
-				Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
-				BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
-		}
+		plan := planHalfLent(New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1, RoundPeriod: period}), job("train", "n1", 4, time.Hour))
 		var d Decision
 		for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
 			d = plan(t0.Add(time.Duration(i)*time.Minute+7*time.Second), load)
@@ -471,15 +469,10 @@ func TestNoticeTimesFallOnRounds(t *testing.T) {
 // keeps lending, its pods get notices with the time found to five minutes,
 // and that time moves only by whole such steps.
 func TestNoticeHorizonWarnsBeyondTheHorizon(t *testing.T) {
-	nodes := []harvest.Node{{Name: "n1", InPool: true, Schedulable: true, AllocatableGPUs: 8, ServingGPUs: 4, LentGPUs: 4, HostsInference: true}}
 	lent := job("train", "n1", 4, time.Hour)
 	run := func(noticeHorizon time.Duration) (*Planner, func(time.Time, float64) Decision) {
 		p := New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, NoticeHorizon: noticeHorizon, Margin: -1})
-		return p, func(at time.Time, load float64) Decision {
-			return p.Plan(Observation{Now: at, Nodes: nodes, Published: map[string]int64{"n1": 4},
-				Services:   []Service{{Key: "serving/chat", Declared: true, Replicas: replicas(1, load, 0), Settings: demand.Settings{TargetLoad: 16}}},
-				BestEffort: func(map[string]bool) []reclaim.Candidate { return []reclaim.Candidate{lent} }})
-		}
+		return p, planHalfLent(p, lent)
 	}
 	// An eighth of a request a minute from 10: 10.5 now, 12.4 at the
 	// horizon's end, 18 at the hour's: a second replica within the hour only.
