@@ -949,8 +949,9 @@ func TestGangMemberWaitingAtPermitIsSeenAndReclaimed(t *testing.T) {
 	}
 }
 
-// TestNextRoundStartsAPeriodAfterTheLast: a round long in its writes is
-// followed at once (a fifth of a period later), not a whole period later.
+// TestNextRoundStartsOnThePeriodsGrid: rounds start on multiples of the
+// period; a round long in its writes is followed at once (a fifth of a period
+// later), not at the next multiple.
 func TestNextRoundStartsOnThePeriodsGrid(t *testing.T) {
 	grid := time.Date(2026, 12, 7, 18, 8, 15, 0, time.UTC) // a multiple of 5 s
 	for _, tc := range []struct{ after, want time.Duration }{

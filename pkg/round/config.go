@@ -66,11 +66,11 @@ type Config struct {
 	// notices save).
 	WithoutNotices bool
 	// RoundPeriod is how often rounds run: gleaner-controller's sync period,
-	// whose rounds start on multiples of it, and the simulator's step. The
-	// notices' times are whole rounds from the round's start on that grid
-	// (now truncated to it), so that a pod is evicted in the round its
-	// notice names rather than up to a round later, and the time it reads
-	// (to the second) is the time that holds it. Zero: times as found.
+	// whose rounds start on multiples of it, and the simulator's step. A
+	// notice's time is the first round at or after the time found, the
+	// round in which its pod is evicted, so that the time the pod reads (to
+	// the second) is when it goes rather than up to a round before.
+	// Zero: times as found.
 	RoundPeriod time.Duration
 	// Oracle, when set, is the exact peak load of a service (by key) over
 	// [from, from+window]: it replaces the trend and the profile. Only gleaner

@@ -45,25 +45,23 @@ func (c Config) nearNotice() time.Duration { return c.Horizon - c.ReclaimLead }
 // within nearNotice: a minute, or a tenth of it when that is shorter (at
 // least a second).
 func (c Config) noticeStep() time.Duration {
-	return c.wholeRounds(max(time.Second, min(time.Minute, c.nearNotice()/10)))
+	return max(time.Second, min(time.Minute, c.nearNotice()/10))
 }
 
-// wholeRounds is d to the nearest whole RoundPeriod, at least one (d itself
-// without a RoundPeriod).
-func (c Config) wholeRounds(d time.Duration) time.Duration {
+// onRound is the first round at or after t: the first multiple of
+// RoundPeriod (time.Truncate's grid, where gleaner-controller starts its
+// rounds), or t itself without a RoundPeriod. A pod whose time is t is
+// evicted in that round, so that is the time it is told: to the second, as
+// it reads it, and no later than it goes.
+func (c Config) onRound(t time.Time) time.Time {
 	if c.RoundPeriod <= 0 {
-		return d
+		return t
 	}
-	return max(c.RoundPeriod, d.Round(c.RoundPeriod))
-}
-
-// roundStart is the start of now's round on the RoundPeriod grid, from which
-// notice times are counted.
-func (c Config) roundStart(now time.Time) time.Time {
-	if c.RoundPeriod <= 0 {
-		return now
+	r := t.Truncate(c.RoundPeriod)
+	if r.Before(t) {
+		r = r.Add(c.RoundPeriod)
 	}
-	return now.Truncate(c.RoundPeriod)
+	return r
 }
 
 // noticeFarStep is how finely they are found beyond the horizon, out to the
@@ -74,7 +72,7 @@ func (c Config) roundStart(now time.Time) time.Time {
 // notice horizon's end, where its pod would save for a time long after its
 // eviction.
 func (c Config) noticeFarStep() time.Duration {
-	return max(c.noticeStep(), c.wholeRounds(min(5*time.Minute, (c.noticeHorizon()-c.ReclaimLead)/10)))
+	return max(c.noticeStep(), min(5*time.Minute, (c.noticeHorizon()-c.ReclaimLead)/10))
 }
 
 // noticeStepAt is the step an expected eviction time d after now is found
@@ -137,9 +135,7 @@ func (p *Planner) warnPlan(v *view, horizon harvest.Plan) harvest.Plan {
 func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan, deferred []reclaim.Owed) []Notice {
 	now := v.now
 	span := p.cfg.noticeHorizon() - p.cfg.ReclaimLead
-	// Times fall on rounds: counted from this round's start on their grid.
-	start := p.cfg.roundStart(now)
-	latest := start.Add(p.cfg.wholeRounds(span))
+	latest := p.cfg.onRound(now.Add(span))
 	at := make(map[string]time.Time, len(deferred))
 	// Each step's plan is of every node (headroom goes where it fits best),
 	// but only the deferred nodes' plans are read: by their place in the nodes.
@@ -167,7 +163,7 @@ func (p *Planner) notices(v *view, d Decision, warn harvest.Plan, lead leadPlan,
 				continue
 			}
 			if harvest.JustInTimeReclaim(warn.Nodes[o.Node], later[index[o.Node]]) > d.Plan.Nodes[o.Node].ReclaimGPUs {
-				at[o.Node] = start.Add(step)
+				at[o.Node] = p.cfg.onRound(now.Add(step))
 			}
 		}
 	}
@@ -303,7 +299,7 @@ func (p *Planner) holdNoticed(v *view, d *Decision) []Notice {
 		// A notice given beyond the horizon holds its pod, once the lead needs
 		// it, no longer than one given within the horizon could: its time is
 		// pulled in, and the pod told so.
-		limit := p.cfg.roundStart(v.now).Add(p.cfg.wholeRounds(p.cfg.nearNotice()))
+		limit := p.cfg.onRound(v.now.Add(p.cfg.nearNotice()))
 		owing := make(map[string]int, len(d.Reclaims))
 		for i, o := range d.Reclaims {
 			owing[o.Node] = i

@@ -426,41 +426,38 @@ func TestNoticeTimeMovesOnlyByWholeSteps(t *testing.T) {
 	}
 }
 
-// Notice times fall on rounds: with rounds every 30 s, a round 7 s past
-// the grid (a long round before it) counts its notices' times from the
-// grid, so the pod is told a round's time to the second and goes in that
-// round, not a round later. Steps are whole rounds (the nearest, at least
-// one): a compressed day's 1.1 s far step is a 1 s round.
+// Notice times fall on rounds: with rounds every 30 s or 40 s (a period
+// that does not divide the minute's step), a pod whose GPUs the lead needs
+// from 8m07s (rounds planned 7 s past the minute) is told the first round
+// at or after it, and goes in that round: when it would have gone with its
+// time as found, never later, and it reads that time to the second.
 func TestNoticeTimesFallOnRounds(t *testing.T) {
-	for _, period := range []time.Duration{0, 30 * time.Second} {
+	found := t0.Add(8*time.Minute + 7*time.Second) // as in TestPlanEvictsJustInTimeAfterANotice, 4 minutes on
+	for _, period := range []time.Duration{0, 30 * time.Second, 40 * time.Second} {
 		plan := planHalfLent(New(Config{Horizon: 15 * time.Minute, ReclaimLead: 5 * time.Minute, Margin: -1, RoundPeriod: period}), job("train", "n1", 4, time.Hour))
 		var d Decision
 		for i, load := range []float64{10, 10.5, 11, 11.5, 12} {
 			d = plan(t0.Add(time.Duration(i)*time.Minute+7*time.Second), load)
 		}
-		// As in TestPlanEvictsJustInTimeAfterANotice, 4 minutes on.
-		want := t0.Add(8*time.Minute + 7*time.Second)
+		want := found
 		if period > 0 {
-			want = t0.Add(8 * time.Minute)
+			want = found.Truncate(period).Add(period)
 		}
 		if len(d.Notices) != 1 || !d.Notices[0].At.Equal(want) {
 			t.Fatalf("rounds every %v: notices %+v, want train's at %v", period, d.Notices, want)
 		}
-		// The round on the grid at 8 minutes, 2 ms late, with the lead
-		// needing the GPUs and the load now not: the time has come on the
-		// grid, not without it.
-		d = plan(t0.Add(8*time.Minute+2*time.Millisecond), 15)
-		if got, wantGone := names(d.Victims), period > 0; (len(got) == 1) != wantGone {
-			t.Fatalf("rounds every %v: victims %v in the round at 8 minutes, want train evicted: %v", period, got, wantGone)
+		// With the lead needing the GPUs and the load now not: held in the
+		// round before its time, evicted in the round at it, 2 ms late.
+		before := want.Add(-time.Second)
+		if period > 0 {
+			before = want.Add(-period).Add(2 * time.Millisecond)
 		}
-	}
-	compressed := Config{Horizon: 5600 * time.Millisecond, ReclaimLead: 4 * time.Second, NoticeHorizon: 15 * time.Second}
-	if got := compressed.noticeFarStep(); got != 1100*time.Millisecond {
-		t.Fatalf("far step %v without rounds, want 1.1s", got)
-	}
-	compressed.RoundPeriod = time.Second
-	if near, far := compressed.noticeStep(), compressed.noticeFarStep(); near != time.Second || far != time.Second {
-		t.Fatalf("steps %v and %v with 1 s rounds, want 1s each", near, far)
+		if d = plan(before, 15); len(d.Victims) != 0 {
+			t.Fatalf("rounds every %v: victims %v at %v, before the noticed time %v", period, names(d.Victims), before, want)
+		}
+		if d = plan(want.Add(2*time.Millisecond), 15); !reflect.DeepEqual(names(d.Victims), []string{"train"}) {
+			t.Fatalf("rounds every %v: victims %v in the round at %v, want train", period, names(d.Victims), want)
+		}
 	}
 }
 
