@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -74,6 +75,7 @@ type flags struct {
 	windows                    string
 	windowZone                 string
 	notices                    bool
+	profileClockOrigin         string
 	price, currency            string
 	cfg                        controller.Config
 	le                         controller.LeaderElection
@@ -118,6 +120,8 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.ReclaimLead, "reclaim-lead", f.cfg.Policy.ReclaimLead, "Evict lent GPUs only when the forecast over this lead needs them (at least the best-effort grace period plus a sync period); nodes stop lending at --forecast-horizon already. Set it to --forecast-horizon to evict as early as nodes close.")
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.NoticeHorizon, "notice-horizon", f.cfg.Policy.NoticeHorizon, "Give a reclaim notice (gleaner.dev/reclaim-notice) to the best-effort pods on nodes whose lent GPUs the forecast over this horizon needs, with the time they are expected to be evicted; at least --forecast-horizon, where nodes stop lending.")
 	nfs.FlagSet("policy").BoolVar(&f.notices, "reclaim-notices", true, "Give reclaim notices up to --notice-horizon ahead; false gives none, so every eviction comes unannounced (to measure what notices save).")
+	nfs.FlagSet("policy").Float64Var(&f.cfg.Policy.ProfileClock.Scale, "profile-clock-scale", 1, "Seconds of the learned weekly profiles' time (gleaner.dev/demand-profile) that pass in one real second from --profile-clock-origin. 1 outside a demo: make demo plays a day in minutes and speeds the profiles' clock up to match, so that its services' stored week of history applies to its day.")
+	nfs.FlagSet("policy").StringVar(&f.profileClockOrigin, "profile-clock-origin", "", "Time (RFC 3339) from which --profile-clock-scale applies: the profiles' clock reads it then. Empty: the controller's start.")
 	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	nfs.FlagSet("generic").DurationVar(&f.cfg.WatchProgressBound, "watch-progress-bound", controller.DefaultWatchProgressBound, "How long the node and pod watches may take to reach a resource version the API server was at (read every quarter of this, at most every 30 s) before the controller stops renewing the heartbeat, so the scheduler stops lending on a view that stopped moving. At least 90 s: the API server's bookmarks come every minute.")
@@ -203,6 +207,9 @@ func run(args []string) error {
 		return fmt.Errorf("--inference-namespace-selector is empty and --inference-namespaces lists none: every namespace, tenants' included, would count as inference")
 	}
 	f.cfg.Policy.WithoutNotices = !f.notices
+	if f.cfg.Policy.ProfileClock, err = profileClock(f.cfg.Policy.ProfileClock.Scale, f.profileClockOrigin, time.Now()); err != nil {
+		return err
+	}
 	if f.cfg.Policy.Windows, err = harvest.ParseWindows(f.windows, f.windowZone); err != nil {
 		return fmt.Errorf("--harvest-windows %q --harvest-time-zone %q: %w", f.windows, f.windowZone, err)
 	}
@@ -388,6 +395,22 @@ func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref 
 }
 
 // flatten is every named flag set in one, for parsing.
+// profileClock is the learned profiles' clock from its flags.
+func profileClock(scale float64, origin string, start time.Time) (demand.Clock, error) {
+	if !(scale > 0) || math.IsInf(scale, 1) {
+		return demand.Clock{}, fmt.Errorf("--profile-clock-scale %g: must be positive", scale)
+	}
+	c := demand.Clock{Origin: start, Scale: scale}
+	if origin != "" {
+		t, err := time.Parse(time.RFC3339Nano, origin)
+		if err != nil {
+			return demand.Clock{}, fmt.Errorf("--profile-clock-origin %q: %w", origin, err)
+		}
+		c.Origin = t
+	}
+	return c, nil
+}
+
 func flatten(nfs cliflag.NamedFlagSets) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints the sections

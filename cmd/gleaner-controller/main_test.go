@@ -41,6 +41,8 @@ current-context: c
 		{[]string{"--notice-horizon", "10m"}, "--notice-horizon 10m0s: must be at least --forecast-horizon (15m0s)"},
 		{[]string{"--harvest-windows", "25:00-08:00"}, "--harvest-windows"},
 		{[]string{"--sync-period", "-1s"}, "--sync-period"},
+		{[]string{"--profile-clock-scale", "0"}, "--profile-clock-scale 0: must be positive"},
+		{[]string{"--profile-clock-scale", "480", "--profile-clock-origin", "yesterday"}, `--profile-clock-origin "yesterday"`},
 		{[]string{"--inference-namespace-selector", ""}, "every namespace, tenants' included, would count as inference"},
 		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},
 		{[]string{"--max-reclaim-grace", "0s"}, "--max-reclaim-grace"},

@@ -40,6 +40,9 @@ type PoolProfile struct {
 	Peaks    map[string]float64
 	Spoiled  bool
 	Last     time.Time
+	// Clock maps the times given to the methods to the week's slots (zero:
+	// the wall clock); PoolMaxGap is in its time. It is not stored.
+	Clock Clock
 	// restored marks the slots taken from a stored profile (Restore) and
 	// not yet seen whole by this planner.
 	restored [SlotsPerWeek]bool
@@ -74,6 +77,7 @@ const PoolMaxGap = SlotLength / 5
 // round saw every service's whole load; a slot with a round that did not is
 // not learned.
 func (p *PoolProfile) Observe(now time.Time, loads map[string]float64, complete bool) {
+	now = p.Clock.At(now)
 	slot := now.UTC().Truncate(SlotLength)
 	first := !p.Slot.Equal(slot)
 	switch {
@@ -138,7 +142,7 @@ func (p *PoolProfile) fold() {
 // taken to peak together.
 func (p *PoolProfile) PeakOver(from time.Time, window time.Duration, peaks func(slot int) (sum, largest float64)) (float64, bool) {
 	var peak float64
-	for s := range slotsOver(from, window) {
+	for s := range slotsOver(p.Clock.At(from), p.Clock.Span(window)) {
 		if p.Weeks[s] == 0 {
 			return 0, false
 		}

@@ -39,6 +39,9 @@ type Profile struct {
 	SlotPeak float64
 	// Weight is the smoothing weight of a new week; <= 0 means DefaultProfileWeight.
 	Weight float64
+	// Clock maps the times given to the profile's methods to the week's
+	// slots (zero: the wall clock). Like Weight, it is not stored.
+	Clock Clock
 }
 
 // SlotOfWeek is the slot of t: quarter-hours since Monday 00:00 UTC.
@@ -54,7 +57,7 @@ func (p *Profile) Observe(now time.Time, load float64) {
 	if !(load >= 0) || math.IsInf(load, 1) {
 		return
 	}
-	slot := now.UTC().Truncate(SlotLength)
+	slot := p.Clock.At(now).UTC().Truncate(SlotLength)
 	switch {
 	case p.Slot.IsZero():
 		p.Slot, p.SlotPeak = slot, load
@@ -107,7 +110,7 @@ func slotsOver(from time.Time, window time.Duration) iter.Seq[int] {
 func (p *Profile) PeakOver(from time.Time, window time.Duration) (float64, bool) {
 	var peak float64
 	learned := false
-	for s := range slotsOver(from, window) {
+	for s := range slotsOver(p.Clock.At(from), p.Clock.Span(window)) {
 		if p.Weeks[s] > 0 {
 			peak = max(peak, p.Peak[s])
 			learned = true
@@ -118,7 +121,7 @@ func (p *Profile) PeakOver(from time.Time, window time.Duration) (float64, bool)
 
 // LearnedOver says whether every slot [from, from+window] touches is learned.
 func (p *Profile) LearnedOver(from time.Time, window time.Duration) bool {
-	for s := range slotsOver(from, window) {
+	for s := range slotsOver(p.Clock.At(from), p.Clock.Span(window)) {
 		if p.Weeks[s] == 0 {
 			return false
 		}
@@ -196,7 +199,7 @@ func (p *Profile) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	var q Profile
-	q.Weight = p.Weight
+	q.Weight, q.Clock = p.Weight, p.Clock
 	current, peak := in.Slot, in.SlotPeak
 	switch in.Version {
 	case profileVersion:

@@ -43,7 +43,7 @@ func (p *Planner) assess(obs Observation) *view {
 		seen[s.Key] = true
 		svc := p.services[s.Key]
 		if svc == nil {
-			svc = &service{trend: demand.Trend{Window: p.cfg.TrendWindow}, scaler: autoscale.New(p.cfg.Autoscale)}
+			svc = &service{trend: demand.Trend{Window: p.cfg.TrendWindow}, profile: demand.Profile{Clock: p.cfg.ProfileClock}, scaler: autoscale.New(p.cfg.Autoscale)}
 			p.services[s.Key] = svc
 		}
 		sd := ServiceDecision{Key: s.Key, dra: s.DRA}
@@ -131,7 +131,7 @@ func (svc *service) load(s Service) []string {
 	if !s.Declared || s.StoredProfile == "" {
 		return nil
 	}
-	var p demand.Profile
+	p := demand.Profile{Clock: svc.profile.Clock}
 	if err := json.Unmarshal([]byte(s.StoredProfile), &p); err != nil {
 		return []string{fmt.Sprintf("the stored demand profile is unreadable (%v); learning the profile afresh", err)}
 	}
@@ -151,7 +151,8 @@ func (p *Planner) ProfilesDue(now time.Time, force bool) []ProfileWrite {
 		if !svc.declared || !svc.loaded {
 			continue
 		}
-		slotChanged := !svc.savedAt.IsZero() && now.Truncate(demand.SlotLength) != svc.savedAt.Truncate(demand.SlotLength)
+		clock := p.cfg.ProfileClock
+		slotChanged := !svc.savedAt.IsZero() && clock.At(now).Truncate(demand.SlotLength) != clock.At(svc.savedAt).Truncate(demand.SlotLength)
 		if !force && !slotChanged && now.Sub(svc.savedAt) < p.cfg.ProfileWriteInterval {
 			continue
 		}

@@ -56,6 +56,10 @@ type Config struct {
 	// ProfileWriteInterval bounds how often a service's learned profile is
 	// offered for saving (also when a profile slot ends). Zero means 5 minutes.
 	ProfileWriteInterval time.Duration
+	// ProfileClock is the time the learned profiles keep their slots of the
+	// week by (demand.Clock): the wall clock (zero) but in a demo that plays
+	// a day in minutes.
+	ProfileClock demand.Clock
 	// WithoutProfile forecasts from the load and its trend alone, ignoring the
 	// learned profile of the week (the simulator's continuous and nightly
 	// policies); gleaner-controller always uses the profile.

@@ -167,6 +167,7 @@ func New(cfg Config) *Planner {
 		cfg:      cfg,
 		gate:     harvest.Gate{OpenAfter: cfg.OpenAfter, BackoffLimit: cfg.OpenAfterBackoff, RelaxAfter: cfg.OpenAfterRelax, Windows: cfg.Windows},
 		services: map[string]*service{},
+		pool:     demand.PoolProfile{Clock: cfg.ProfileClock},
 	}
 }
 
