@@ -47,6 +47,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	t.withoutNotices = cfg.WithoutNotices
+	t.profileOrigin = time.Now()
 	for _, b := range []string{filepath.Join(cfg.BinDir, "gleaner"), filepath.Join(cfg.BinDir, "gleaner-scheduler"), filepath.Join(cfg.BinDir, "gleaner-controller"),
 		filepath.Join(cfg.ToolsDir, "localcluster")} {
 		if _, err := os.Stat(b); err != nil {

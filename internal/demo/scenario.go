@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -282,18 +283,32 @@ func (s *scenario) createNodes(ctx context.Context) error {
 
 // createServices creates the inference Deployments, autoscaled by
 // gleaner-controller, sized for the load at the start of the day.
+//
+// Each brings the profile learned from its day a week before
+// (Service.storedProfile), as a service moved from another cluster brings
+// its annotation: the controller's forecast sees the day's peaks coming,
+// as it would after a week of the same services, instead of the trend alone.
 func (s *scenario) createServices(ctx context.Context) error {
+	rng := randv2.New(randv2.NewPCG(lastWeekSeed, 0))
+	zero := s.t.profileClock().At(s.start)
+	// The day and the notice horizon after it, in demo hours.
+	hours := 24 + s.t.demo(s.t.noticeHorizon).Hours()
 	for _, svc := range s.services {
+		profile, err := svc.storedProfile(rng, zero, hours)
+		if err != nil {
+			return fmt.Errorf("last week's profile of %s: %w", svc.Name, err)
+		}
 		replicas := int32(min(max(int(svc.Load(0)*1.1/svc.Target)+1, int(svc.Min)), int(svc.Max)))
 		lbls := map[string]string{api.LabelRole: api.RoleInference, api.LabelService: svc.Name}
 		grace := s.t.graceInference
 		gpus := v1.ResourceList{api.GPUResource: *resource.NewQuantity(svc.GPUs, resource.DecimalSI)}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: servingNS, Annotations: map[string]string{
-				api.AnnotationAutoscale:   "true",
-				api.AnnotationMinReplicas: strconv.Itoa(int(svc.Min)),
-				api.AnnotationMaxReplicas: strconv.Itoa(int(svc.Max)),
-				api.AnnotationTargetLoad:  strconv.FormatFloat(svc.Target, 'g', -1, 64),
+				api.AnnotationAutoscale:     "true",
+				api.AnnotationMinReplicas:   strconv.Itoa(int(svc.Min)),
+				api.AnnotationMaxReplicas:   strconv.Itoa(int(svc.Max)),
+				api.AnnotationTargetLoad:    strconv.FormatFloat(svc.Target, 'g', -1, 64),
+				api.AnnotationDemandProfile: profile,
 			}},
 			Spec: appsv1.DeploymentSpec{
 				Replicas: &replicas,

@@ -1,11 +1,15 @@
 package demo
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	randv2 "math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/demand"
 )
 
 func TestPercentile(t *testing.T) {
@@ -160,5 +164,46 @@ func TestChecksFailClosed(t *testing.T) {
 	good.infWaits = append(good.infWaits, tm.reclaimBudget()+time.Second)
 	if f := good.check(); len(f) != 1 || !strings.Contains(f[0], "over the reclaim budget") {
 		t.Fatalf("an inference pod over budget: %q", f)
+	}
+}
+
+// The week of history a service brings is its day a week before, read as the
+// controller stores it, on the profiles' clock: a day's slots and the notice
+// horizon's after it, each the peak of a day near but not the same as today's.
+func TestStoredProfileIsLastWeeksDay(t *testing.T) {
+	zero := time.Date(2026, 12, 7, 22, 40, 13, 0, time.UTC) // hour 0, off a slot's start
+	rng := randv2.New(randv2.NewPCG(lastWeekSeed, 0))
+	for _, s := range demoServices() {
+		raw, err := s.storedProfile(rng, zero, 26)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p demand.Profile
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			t.Fatalf("%s: the stored profile does not read back: %v", s.Name, err)
+		}
+		if got := p.Learned(); got != 26*4+1 {
+			t.Errorf("%s: %d slots learned, want 105 (26 hours from a slot's middle)", s.Name, got)
+		}
+		for _, p0 := range s.PeakHours {
+			at := zero.Add(time.Duration(p0 * float64(time.Hour)))
+			near, ok := p.PeakOver(at.Add(-30*time.Minute), time.Hour)
+			if !ok || near < s.Base+0.8*(s.Peak-s.Base) {
+				t.Errorf("%s: last week's peak within 30m of %.1fh is %g, want at least 80%% of today's rise", s.Name, p0, near)
+			}
+		}
+		// Last week peaked at another height or time than today.
+		var lastPeak, todayPeak, lastAt, todayAt float64
+		for h := 0.0; h < 24; h += 0.25 {
+			if got, _ := p.PeakOver(zero.Add(time.Duration(h*float64(time.Hour))), 0); got > lastPeak {
+				lastPeak, lastAt = got, h
+			}
+			if l := math.Round(s.Load(h)); l > todayPeak {
+				todayPeak, todayAt = l, h
+			}
+		}
+		if math.Abs(lastPeak-todayPeak) < 1 && math.Abs(lastAt-todayAt) < 0.25 {
+			t.Errorf("%s: last week peaked at %g at %.2fh, today at %g at %.2fh: last week is today", s.Name, lastPeak, lastAt, todayPeak, todayAt)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/demand"
 )
 
 // timing compresses a day of demo time into DayMinutes of real time. Every
@@ -22,6 +24,9 @@ type timing struct {
 	checkpoint                                                                                                    time.Duration
 	// withoutNotices runs the controller with --reclaim-notices=false.
 	withoutNotices bool
+	// profileOrigin is when the controller's profile clock starts running
+	// at the demo's scale (--profile-clock-origin).
+	profileOrigin time.Time
 }
 
 // Demo-time settings, as an operator would choose them for a real fleet.
@@ -94,7 +99,15 @@ func (t timing) controllerFlags() []string {
 		"--autoscale-stable-window=" + t.stableWindow.String(),
 		"--autoscale-panic-window=" + t.panicWindow.String(),
 		"--reclaim-notices=" + strconv.FormatBool(!t.withoutNotices),
+		"--profile-clock-scale=" + strconv.FormatFloat(t.scale, 'g', -1, 64),
+		"--profile-clock-origin=" + t.profileOrigin.UTC().Format(time.RFC3339Nano),
 	}
+}
+
+// profileClock is the controller's clock for the learned profiles: the
+// demo's, so that a quarter-hour slot lasts a quarter of a demo hour.
+func (t timing) profileClock() demand.Clock {
+	return demand.Clock{Origin: t.profileOrigin, Scale: t.scale}
 }
 
 // describe lists the compressed time constants, real and in demo time.
@@ -114,6 +127,7 @@ func (t timing) describe() string {
 		row("best-effort grace period", time.Duration(t.graceBestEffort)*time.Second) +
 		row("best-effort checkpoint interval", t.checkpoint) +
 		row("reclaim budget (inference wait)", t.reclaimBudget()) +
+		fmt.Sprintf("  %-34s %s\n", "learned weekly profile", "a week old: the services' day a week before (peaks up to 30m apart, 15% higher or lower), on the demo's clock") +
 		fmt.Sprintf("  %-34s %s\n", "reclaim notices", map[bool]string{false: "on", true: "off (DEMO_NOTICES=off)"}[t.withoutNotices])
 }
 

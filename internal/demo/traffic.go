@@ -1,6 +1,13 @@
 package demo
 
-import "math"
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gleaner-dev/gleaner/pkg/demand"
+)
 
 // Service is one inference Deployment of the demo and its day of traffic.
 type Service struct {
@@ -53,4 +60,43 @@ func podLoad(s Service, total float64, replicas int) (running, waiting, kv float
 	waiting = math.Round(math.Max(0, per-limit))
 	kv = math.Min(1, 0.05+0.9*running/limit)
 	return running, waiting, math.Round(kv*1000) / 1000
+}
+
+// lastWeekSeed draws the day before the demo's week began, the same on every run.
+const lastWeekSeed = 7
+
+// lastWeek is the day of s a week before the demo's: the same service on
+// another day, each peak up to half an hour earlier or later, up to 15%
+// higher or lower above the base, and up to 10% wider or narrower.
+func (s Service) lastWeek(rng *rand.Rand) Service {
+	prev := s
+	prev.PeakHours = make([]float64, len(s.PeakHours))
+	for i, h := range s.PeakHours {
+		prev.PeakHours[i] = h + rng.Float64() - 0.5
+	}
+	prev.Peak = s.Base + (s.Peak-s.Base)*(0.85+0.3*rng.Float64())
+	prev.Width = s.Width * (0.9 + 0.2*rng.Float64())
+	return prev
+}
+
+// storedProfile is the week of history s brings to the demo, as
+// gleaner-controller stores it (gleaner.dev/demand-profile): every quarter
+// hour's peak load of its day a week before (lastWeek), for the slots from
+// the demo's hour 0 to the end of its day and the notice horizon after it.
+// zero is the profiles' time at hour 0 (demand.Clock.At of the day's start).
+func (s Service) storedProfile(rng *rand.Rand, zero time.Time, hours float64) (string, error) {
+	prev := s.lastWeek(rng)
+	var p demand.Profile
+	end := zero.Add(time.Duration(hours * float64(time.Hour)))
+	for slot := zero.UTC().Truncate(demand.SlotLength); slot.Before(end); slot = slot.Add(demand.SlotLength) {
+		from := slot.Sub(zero).Hours()
+		peak := 0.0
+		for m := 0.0; m <= demand.SlotLength.Minutes(); m++ {
+			peak = math.Max(peak, prev.Load(from+m/60))
+		}
+		i := demand.SlotOfWeek(slot)
+		p.Peak[i], p.Weeks[i] = math.Round(peak), 1
+	}
+	raw, err := json.Marshal(p)
+	return string(raw), err
 }
