@@ -121,7 +121,7 @@ func newFlags() (cliflag.NamedFlagSets, *flags) {
 	nfs.FlagSet("policy").DurationVar(&f.cfg.Policy.NoticeHorizon, "notice-horizon", f.cfg.Policy.NoticeHorizon, "Give a reclaim notice (gleaner.dev/reclaim-notice) to the best-effort pods on nodes whose lent GPUs the forecast over this horizon needs, with the time they are expected to be evicted; at least --forecast-horizon, where nodes stop lending.")
 	nfs.FlagSet("policy").BoolVar(&f.notices, "reclaim-notices", true, "Give reclaim notices up to --notice-horizon ahead; false gives none, so every eviction comes unannounced (to measure what notices save).")
 	nfs.FlagSet("policy").Float64Var(&f.cfg.Policy.ProfileClock.Scale, "profile-clock-scale", 1, "Seconds of the learned weekly profiles' time (gleaner.dev/demand-profile) that pass in one real second from --profile-clock-origin. 1 outside a demo: make demo plays a day in minutes and speeds the profiles' clock up to match, so that its services' stored week of history applies to its day.")
-	nfs.FlagSet("policy").StringVar(&f.profileClockOrigin, "profile-clock-origin", "", "Time (RFC 3339) from which --profile-clock-scale applies: the profiles' clock reads it then. Empty: the controller's start.")
+	nfs.FlagSet("policy").StringVar(&f.profileClockOrigin, "profile-clock-origin", "", "Time (RFC 3339) from which --profile-clock-scale applies: the profiles' clock reads it then. Required with a scale other than 1, and the same across restarts.")
 	nfs.FlagSet("policy").StringVar(&f.windows, "harvest-windows", "", "Comma-separated times of day when GPUs may be lent, e.g. 20:00-08:00 (may cross midnight); empty for continuous.")
 	nfs.FlagSet("policy").StringVar(&f.windowZone, "harvest-time-zone", "UTC", "IANA time zone of --harvest-windows, e.g. Europe/Berlin.")
 	nfs.FlagSet("generic").DurationVar(&f.cfg.WatchProgressBound, "watch-progress-bound", controller.DefaultWatchProgressBound, "How long the node and pod watches may take to reach a resource version the API server was at (read every quarter of this, at most every 30 s) before the controller stops renewing the heartbeat, so the scheduler stops lending on a view that stopped moving. At least 90 s: the API server's bookmarks come every minute.")
@@ -207,7 +207,7 @@ func run(args []string) error {
 		return fmt.Errorf("--inference-namespace-selector is empty and --inference-namespaces lists none: every namespace, tenants' included, would count as inference")
 	}
 	f.cfg.Policy.WithoutNotices = !f.notices
-	if f.cfg.Policy.ProfileClock, err = profileClock(f.cfg.Policy.ProfileClock.Scale, f.profileClockOrigin, time.Now()); err != nil {
+	if f.cfg.Policy.ProfileClock, err = profileClock(f.cfg.Policy.ProfileClock.Scale, f.profileClockOrigin); err != nil {
 		return err
 	}
 	if f.cfg.Policy.Windows, err = harvest.ParseWindows(f.windows, f.windowZone); err != nil {
@@ -394,23 +394,28 @@ func checkSchedulerConfig(ctx context.Context, client kubernetes.Interface, ref 
 	return nil
 }
 
-// flatten is every named flag set in one, for parsing.
-// profileClock is the learned profiles' clock from its flags.
-func profileClock(scale float64, origin string, start time.Time) (demand.Clock, error) {
-	if !(scale > 0) || math.IsInf(scale, 1) {
-		return demand.Clock{}, fmt.Errorf("--profile-clock-scale %g: must be positive", scale)
+// profileClock is the learned profiles' clock from its flags. A faster
+// clock needs its origin: counted from each start, a restart would set the
+// profiles' time back, and they would ignore what they saw until it caught up.
+func profileClock(scale float64, origin string) (demand.Clock, error) {
+	switch {
+	case !(scale > 0) || math.IsInf(scale, 1):
+		return demand.Clock{}, fmt.Errorf("--profile-clock-scale %g: must be positive and finite", scale)
+	case scale == 1 && origin != "":
+		return demand.Clock{}, fmt.Errorf("--profile-clock-origin %q has no effect with --profile-clock-scale 1", origin)
+	case scale == 1:
+		return demand.Clock{}, nil
+	case origin == "":
+		return demand.Clock{}, fmt.Errorf("--profile-clock-scale %g needs --profile-clock-origin", scale)
 	}
-	c := demand.Clock{Origin: start, Scale: scale}
-	if origin != "" {
-		t, err := time.Parse(time.RFC3339Nano, origin)
-		if err != nil {
-			return demand.Clock{}, fmt.Errorf("--profile-clock-origin %q: %w", origin, err)
-		}
-		c.Origin = t
+	t, err := time.Parse(time.RFC3339Nano, origin)
+	if err != nil {
+		return demand.Clock{}, fmt.Errorf("--profile-clock-origin %q: %w", origin, err)
 	}
-	return c, nil
+	return demand.Clock{Origin: t, Scale: scale}, nil
 }
 
+// flatten is every named flag set in one, for parsing.
 func flatten(nfs cliflag.NamedFlagSets) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("gleaner-controller", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints the sections

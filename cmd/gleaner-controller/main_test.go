@@ -42,6 +42,8 @@ current-context: c
 		{[]string{"--harvest-windows", "25:00-08:00"}, "--harvest-windows"},
 		{[]string{"--sync-period", "-1s"}, "--sync-period"},
 		{[]string{"--profile-clock-scale", "0"}, "--profile-clock-scale 0: must be positive"},
+		{[]string{"--profile-clock-scale", "480"}, "--profile-clock-scale 480 needs --profile-clock-origin"},
+		{[]string{"--profile-clock-origin", "2026-12-07T10:00:00Z"}, "has no effect with --profile-clock-scale 1"},
 		{[]string{"--profile-clock-scale", "480", "--profile-clock-origin", "yesterday"}, `--profile-clock-origin "yesterday"`},
 		{[]string{"--inference-namespace-selector", ""}, "every namespace, tenants' included, would count as inference"},
 		{[]string{"--inference-namespace-selector", "a=(b"}, "--inference-namespace-selector"},

@@ -3,12 +3,15 @@ package demo
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/gleaner-dev/gleaner/internal/manifests"
+	"github.com/gleaner-dev/gleaner/pkg/demand"
 )
 
 // TestComponentArgsFromShippedManifests: the demo runs the components with
@@ -73,6 +76,25 @@ func TestComponentArgsFromShippedManifests(t *testing.T) {
 	}
 	if count("--scrape-interval=") != 1 || !slices.Contains(args, "--scrape-interval=1s") || !slices.Contains(args, "--forecast-horizon=7.5s") || !slices.Contains(args, "--reclaim-lead=4s") {
 		t.Fatalf("controller flags after override: %v", args)
+	}
+	// The controller's profile clock, read back from its flags as it parses
+	// them, is the one the demo seeds last week's profile by, to the nanosecond.
+	tm.profileOrigin = time.Date(2026, 12, 7, 22, 40, 13, 123456789, time.Local)
+	var scale, origin string
+	for _, a := range tm.controllerFlags() {
+		if v, ok := strings.CutPrefix(a, "--profile-clock-scale="); ok {
+			scale = v
+		}
+		if v, ok := strings.CutPrefix(a, "--profile-clock-origin="); ok {
+			origin = v
+		}
+	}
+	parsedScale, errScale := strconv.ParseFloat(scale, 64)
+	parsedOrigin, errOrigin := time.Parse(time.RFC3339Nano, origin)
+	start := tm.profileOrigin.Add(7 * time.Second)
+	want := tm.profileClock().At(start)
+	if errScale != nil || errOrigin != nil || !(demand.Clock{Origin: parsedOrigin, Scale: parsedScale}).At(start).Equal(want) {
+		t.Fatalf("the controller's profile clock from --profile-clock-scale=%q --profile-clock-origin=%q (%v, %v) differs from the demo's, %v at its start", scale, origin, errScale, errOrigin, want)
 	}
 	if _, err := componentArgs(objs, "nope", dir, ""); err == nil {
 		t.Fatal("a Deployment that is not rendered was found")

@@ -28,6 +28,15 @@ func (c Clock) At(t time.Time) time.Time {
 	return c.Origin.Add(c.Span(t.Sub(c.Origin)))
 }
 
+// Wall is the wall time in which profile time d passes: how long a span of
+// the profiles' days (an outlook's step) lasts on the wall clock.
+func (c Clock) Wall(d time.Duration) time.Duration {
+	if !c.fast() {
+		return d
+	}
+	return time.Duration(float64(d) / c.Scale)
+}
+
 // Span is the profile time that passes in wall time d, saturated at
 // time.Duration's range.
 func (c Clock) Span(d time.Duration) time.Duration {

@@ -144,7 +144,8 @@ func (svc *service) load(s Service) []string {
 // last saved and are due: the profile's slot rolled over (a quarter of an
 // hour ended and was learned) or ProfileWriteInterval passed since the last
 // save (force: now, e.g. on shutdown). The API thus sees a few writes an hour
-// per service at most. Report each one saved with ProfileSaved.
+// per service at most (an hour of the profiles' time, Config.ProfileClock:
+// a demo's faster clock writes more often). Report each one saved with ProfileSaved.
 func (p *Planner) ProfilesDue(now time.Time, force bool) []ProfileWrite {
 	var out []ProfileWrite
 	for key, svc := range p.services {

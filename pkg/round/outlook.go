@@ -25,9 +25,11 @@ type OutlookPoint struct {
 // Outlook forecasts the pool over [now, now+span) in steps of step, from
 // what the round that decided d learned of each service: for people
 // deciding when to run, not for lending (rounds decide that). Ask it before
-// the planner's next round.
+// the planner's next round. span and step are in the profiles' time
+// (Config.ProfileClock): a demo's outlook of a day covers its compressed day.
 func (p *Planner) Outlook(d Decision, span, step time.Duration) []OutlookPoint {
 	v := d.view
+	span, step = p.cfg.ProfileClock.Wall(span), p.cfg.ProfileClock.Wall(step)
 	if step <= 0 || span <= 0 || v == nil {
 		return nil
 	}
