@@ -34,21 +34,25 @@ func (c Clock) Wall(d time.Duration) time.Duration {
 	if !c.fast() {
 		return d
 	}
-	return time.Duration(float64(d) / c.Scale)
+	return scaled(d, 1/c.Scale)
 }
 
-// Span is the profile time that passes in wall time d, saturated at
-// time.Duration's range.
+// Span is the profile time that passes in wall time d.
 func (c Clock) Span(d time.Duration) time.Duration {
 	if !c.fast() {
 		return d
 	}
-	scaled := float64(d) * c.Scale
+	return scaled(d, c.Scale)
+}
+
+// scaled is d times k, saturated at time.Duration's range.
+func scaled(d time.Duration, k float64) time.Duration {
+	x := float64(d) * k
 	switch {
-	case scaled >= math.MaxInt64:
+	case x >= math.MaxInt64:
 		return math.MaxInt64
-	case scaled <= math.MinInt64:
+	case x <= math.MinInt64:
 		return math.MinInt64
 	}
-	return time.Duration(scaled)
+	return time.Duration(x)
 }

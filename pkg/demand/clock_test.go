@@ -53,6 +53,9 @@ func TestClockIsTheWallClockUnlessSet(t *testing.T) {
 	if got := fast.Span(time.Duration(math.MaxInt64 / 2)); got != time.Duration(math.MaxInt64) {
 		t.Errorf("a span beyond time.Duration's range = %v, want it saturated", got)
 	}
+	if got := (Clock{Origin: now, Scale: 1e-12}).Wall(time.Hour); got != time.Duration(math.MaxInt64) {
+		t.Errorf("an hour on a clock 1e12 times slower lasts %v on the wall, want it saturated", got)
+	}
 	if got := fast.At(now.Add(-time.Second)); !got.Equal(now.Add(-8 * time.Minute)) {
 		t.Errorf("a second before the origin the clock reads %v, want 8 minutes before it", got)
 	}

@@ -148,12 +148,13 @@ func (svc *service) load(s Service) []string {
 // a demo's faster clock writes more often). Report each one saved with ProfileSaved.
 func (p *Planner) ProfilesDue(now time.Time, force bool) []ProfileWrite {
 	var out []ProfileWrite
+	clock := p.cfg.ProfileClock
+	slot := clock.At(now).Truncate(demand.SlotLength)
 	for key, svc := range p.services {
 		if !svc.declared || !svc.loaded {
 			continue
 		}
-		clock := p.cfg.ProfileClock
-		slotChanged := !svc.savedAt.IsZero() && clock.At(now).Truncate(demand.SlotLength) != clock.At(svc.savedAt).Truncate(demand.SlotLength)
+		slotChanged := !svc.savedAt.IsZero() && slot != clock.At(svc.savedAt).Truncate(demand.SlotLength)
 		if !force && !slotChanged && now.Sub(svc.savedAt) < p.cfg.ProfileWriteInterval {
 			continue
 		}
