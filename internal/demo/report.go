@@ -87,10 +87,12 @@ type report struct {
 	usefulWork, lostWork                              float64 // GPU-hours
 	// Reclaim notices the jobs saw, the evictions of noticed jobs with their
 	// lead (first notice to eviction, real time), and the work lost by
-	// evictions with and without a notice (GPU-hours).
-	notices, noticedEvictions                        int
+	// evictions with and without a notice (GPU-hours). Of the noticed,
+	// overtaken are those taken before they saved for the notice's time:
+	// the load came sooner than its forecast.
+	notices, noticedEvictions, overtaken             int
 	noticeLeads                                      []time.Duration
-	lostNoticed, lostUnnoticed                       float64
+	lostNoticed, lostOvertaken, lostUnnoticed        float64
 	byReclaimer, byPreemption, reservationsPreempted int
 
 	reclaimLatency []time.Duration // eviction to GPUs free, real time
@@ -102,6 +104,24 @@ type report struct {
 	replicaRanges   []replicaRange
 	deadProcs       []string // processes no longer running at the end of the day
 	published       published
+}
+
+// evicted accounts a running job's eviction at now, losing lost GPU-hours:
+// with or without a notice, and if noticed, whether it had saved for the
+// notice's time or was overtaken before it did.
+func (r *report) evicted(lost float64, j *job, now time.Time) {
+	r.lostWork += lost
+	if j.noticeSince.IsZero() {
+		r.lostUnnoticed += lost
+		return
+	}
+	r.noticedEvictions++
+	r.lostNoticed += lost
+	r.noticeLeads = append(r.noticeLeads, now.Sub(j.noticeSince))
+	if !j.noticeSaved {
+		r.overtaken++
+		r.lostOvertaken += lost
+	}
 }
 
 func (r *report) print(w io.Writer) {
@@ -124,7 +144,8 @@ func (r *report) print(w io.Writer) {
 	unnoticed := r.evictedJobs - r.noticedEvictions
 	fmt.Fprintf(w, "  Reclaim notices seen by jobs         %7d  (%d of the evicted jobs had one, lead p50 %s)\n", r.notices, r.noticedEvictions,
 		clockDuration(r.t.demo(percentile(r.noticeLeads, 50))))
-	fmt.Fprintf(w, "  Work lost, evicted with a notice     %7.1f  GPU-hours over %d evictions (checkpointed for it)\n", r.lostNoticed, r.noticedEvictions)
+	fmt.Fprintf(w, "  Work lost, evicted with a notice     %7.1f  GPU-hours over %d evictions: %.1f over %d saved for it, %.1f over %d taken before they saved\n",
+		r.lostNoticed, r.noticedEvictions, r.lostNoticed-r.lostOvertaken, r.noticedEvictions-r.overtaken, r.lostOvertaken, r.overtaken)
 	fmt.Fprintf(w, "  Work lost, evicted without notice    %7.1f  GPU-hours over %d evictions\n", r.lostUnnoticed, unnoticed)
 	fmt.Fprintf(w, "  Jobs evicted                         %7d  (pod evictions by gleaner-controller's reclaimer: %d, by scheduler preemption: %d); %d retried\n",
 		r.evictedJobs, r.byReclaimer, r.byPreemption, r.retries)

@@ -512,14 +512,7 @@ func (s *scenario) runJobs(ctx context.Context, now time.Time) error {
 				// Work since the last checkpoint is lost; the rest of a gang goes too.
 				if j.state == jobRunning {
 					lost := s.t.demo(s.evictedAt(pods, now).Sub(j.ckpt)).Hours() * float64(j.gpus())
-					s.rep.lostWork += lost
-					if !j.noticeSince.IsZero() {
-						s.rep.noticedEvictions++
-						s.rep.lostNoticed += lost
-						s.rep.noticeLeads = append(s.rep.noticeLeads, now.Sub(j.noticeSince))
-					} else {
-						s.rep.lostUnnoticed += lost
-					}
+					s.rep.evicted(lost, j, now)
 				}
 				s.rep.evictedJobs++
 				j.state = jobEvicted

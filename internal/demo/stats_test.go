@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gleaner-dev/gleaner/pkg/api"
 	"github.com/gleaner-dev/gleaner/pkg/demand"
 )
 
@@ -205,5 +208,49 @@ func TestStoredProfileIsLastWeeksDay(t *testing.T) {
 		if math.Abs(lastPeak-todayPeak) < 1 && math.Abs(lastAt-todayAt) < 0.25 {
 			t.Errorf("%s: last week peaked at %g at %.2fh, today at %g at %.2fh: last week is today", s.Name, lastPeak, lastAt, todayPeak, todayAt)
 		}
+	}
+}
+
+// An evicted job's lost work is told apart by its notice: none, saved for
+// its time, or taken before it saved (and a notice that moved after the save
+// needs another).
+func TestEvictionsSplitByNotice(t *testing.T) {
+	tm, _ := newTiming(3)
+	s := &scenario{t: tm, rep: report{t: tm}}
+	t0 := time.Date(2026, 12, 8, 2, 0, 0, 0, time.UTC)
+	noticed := func(at time.Time) []*v1.Pod {
+		p := &v1.Pod{}
+		if !at.IsZero() {
+			p.Annotations = map[string]string{api.AnnotationReclaimNotice: at.Format(time.RFC3339)}
+		}
+		return []*v1.Pod{p}
+	}
+	saveAndEvict := func(j *job, notice time.Time, evict time.Time, lost float64) {
+		for now := t0; now.Before(evict); now = now.Add(jobTick) {
+			s.followNotice(j, noticed(notice), now)
+			s.dueForNotice(j, now)
+		}
+		s.rep.evicted(lost, j, evict)
+	}
+	saveAndEvict(&job{}, time.Time{}, t0.Add(2*time.Second), 1)           // no notice
+	saveAndEvict(&job{}, t0.Add(3*time.Second), t0.Add(3*time.Second), 2) // saved for it
+	saveAndEvict(&job{}, t0.Add(9*time.Second), t0.Add(3*time.Second), 4) // taken before it saved
+	moved := &job{}
+	saveAndEvict(moved, t0.Add(2*time.Second), t0.Add(2*time.Second), 0)
+	if !moved.noticeSaved {
+		t.Fatal("a job did not save for its notice's time")
+	}
+	s.followNotice(moved, noticed(t0.Add(8*time.Second)), t0.Add(2*time.Second))
+	s.rep.evicted(8, moved, t0.Add(3*time.Second)) // moved later, taken before the new save
+
+	r := &s.rep
+	if r.lostWork != 15 || r.lostUnnoticed != 1 || r.noticedEvictions != 4 || r.lostNoticed != 14 || r.overtaken != 2 || r.lostOvertaken != 12 {
+		t.Fatalf("lost %v (unnoticed %v), noticed %d losing %v, overtaken %d losing %v; want 15 (1), 4 losing 14, 2 losing 12",
+			r.lostWork, r.lostUnnoticed, r.noticedEvictions, r.lostNoticed, r.overtaken, r.lostOvertaken)
+	}
+	var out strings.Builder
+	r.print(&out)
+	if want := "14.0  GPU-hours over 4 evictions: 2.0 over 2 saved for it, 12.0 over 2 taken before they saved"; !strings.Contains(out.String(), want) {
+		t.Fatalf("the report does not split the noticed evictions (%q):\n%s", want, out.String())
 	}
 }
