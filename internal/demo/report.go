@@ -88,8 +88,9 @@ type report struct {
 	// Reclaim notices the jobs saw, the evictions of noticed jobs with their
 	// lead (first notice to eviction, real time), and the work lost by
 	// evictions with and without a notice (GPU-hours). Of the noticed,
-	// overtaken are those taken before they saved for the notice's time:
-	// the load came sooner than its forecast.
+	// overtaken are those taken before they saved for the notice's
+	// current time: mostly taken before that time, the load having come
+	// sooner than forecast; or saved, and taken after the time moved on.
 	notices, noticedEvictions, overtaken             int
 	noticeLeads                                      []time.Duration
 	lostNoticed, lostOvertaken, lostUnnoticed        float64
@@ -108,7 +109,7 @@ type report struct {
 
 // evicted accounts a running job's eviction at now, losing lost GPU-hours:
 // with or without a notice, and if noticed, whether it had saved for the
-// notice's time or was overtaken before it did.
+// notice's current time or was taken before it did (overtaken).
 func (r *report) evicted(lost float64, j *job, now time.Time) {
 	r.lostWork += lost
 	if j.noticeSince.IsZero() {
@@ -144,7 +145,7 @@ func (r *report) print(w io.Writer) {
 	unnoticed := r.evictedJobs - r.noticedEvictions
 	fmt.Fprintf(w, "  Reclaim notices seen by jobs         %7d  (%d of the evicted jobs had one, lead p50 %s)\n", r.notices, r.noticedEvictions,
 		clockDuration(r.t.demo(percentile(r.noticeLeads, 50))))
-	fmt.Fprintf(w, "  Work lost, evicted with a notice     %7.1f  GPU-hours over %d evictions: %.1f over %d saved for it, %.1f over %d taken before they saved\n",
+	fmt.Fprintf(w, "  Work lost, evicted with a notice     %7.1f  GPU-hours over %d evictions: %.1f over %d saved for its time, %.1f over %d taken before they saved\n",
 		r.lostNoticed, r.noticedEvictions, r.lostNoticed-r.lostOvertaken, r.noticedEvictions-r.overtaken, r.lostOvertaken, r.overtaken)
 	fmt.Fprintf(w, "  Work lost, evicted without notice    %7.1f  GPU-hours over %d evictions\n", r.lostUnnoticed, unnoticed)
 	fmt.Fprintf(w, "  Jobs evicted                         %7d  (pod evictions by gleaner-controller's reclaimer: %d, by scheduler preemption: %d); %d retried\n",

@@ -98,7 +98,8 @@ type job struct {
 	ckpt     time.Time // real time of the last checkpoint (or start)
 	retries  int
 	// The reclaim notice on its pods (real time; zero: none), since when,
-	// and whether the job checkpointed for it.
+	// and whether the job checkpointed for its current time (reset when
+	// the time moves).
 	notice, noticeSince time.Time
 	noticeSaved         bool
 }

@@ -211,9 +211,9 @@ func TestStoredProfileIsLastWeeksDay(t *testing.T) {
 	}
 }
 
-// An evicted job's lost work is told apart by its notice: none, saved for
-// its time, or taken before it saved (and a notice that moved after the save
-// needs another).
+// An evicted job's lost work is told apart by its notice: none (or one
+// withdrawn), saved for its time, or taken before it saved; a notice that
+// moved, or came again, after the save needs another.
 func TestEvictionsSplitByNotice(t *testing.T) {
 	tm, _ := newTiming(3)
 	s := &scenario{t: tm, rep: report{t: tm}}
@@ -225,32 +225,47 @@ func TestEvictionsSplitByNotice(t *testing.T) {
 		}
 		return []*v1.Pod{p}
 	}
-	saveAndEvict := func(j *job, notice time.Time, evict time.Time, lost float64) {
-		for now := t0; now.Before(evict); now = now.Add(jobTick) {
+	// follow runs a job's ticks from from until until, its pods noticed for notice.
+	follow := func(j *job, notice, from, until time.Time) {
+		for now := from; now.Before(until); now = now.Add(jobTick) {
 			s.followNotice(j, noticed(notice), now)
 			s.dueForNotice(j, now)
 		}
-		s.rep.evicted(lost, j, evict)
 	}
-	saveAndEvict(&job{}, time.Time{}, t0.Add(2*time.Second), 1)           // no notice
-	saveAndEvict(&job{}, t0.Add(3*time.Second), t0.Add(3*time.Second), 2) // saved for it
-	saveAndEvict(&job{}, t0.Add(9*time.Second), t0.Add(3*time.Second), 4) // taken before it saved
+	evict := func(j *job, notice, at time.Time, lost float64) {
+		follow(j, notice, t0, at)
+		s.rep.evicted(lost, j, at)
+	}
+	evict(&job{}, time.Time{}, t0.Add(2*time.Second), 1)           // no notice
+	evict(&job{}, t0.Add(3*time.Second), t0.Add(3*time.Second), 2) // saved for it
+	evict(&job{}, t0.Add(9*time.Second), t0.Add(3*time.Second), 4) // taken before it saved
+	withdrawn := &job{}
+	follow(withdrawn, t0.Add(9*time.Second), t0, t0.Add(time.Second))
+	follow(withdrawn, time.Time{}, t0.Add(time.Second), t0.Add(2*time.Second))
+	s.rep.evicted(16, withdrawn, t0.Add(2*time.Second)) // its notice withdrawn: none
+
 	moved := &job{}
-	saveAndEvict(moved, t0.Add(2*time.Second), t0.Add(2*time.Second), 0)
+	follow(moved, t0.Add(2*time.Second), t0, t0.Add(2*time.Second))
 	if !moved.noticeSaved {
 		t.Fatal("a job did not save for its notice's time")
 	}
-	s.followNotice(moved, noticed(t0.Add(8*time.Second)), t0.Add(2*time.Second))
+	follow(moved, t0.Add(8*time.Second), t0.Add(2*time.Second), t0.Add(3*time.Second))
 	s.rep.evicted(8, moved, t0.Add(3*time.Second)) // moved later, taken before the new save
 
+	again := &job{}
+	follow(again, t0.Add(2*time.Second), t0, t0.Add(2*time.Second))
+	follow(again, time.Time{}, t0.Add(2*time.Second), t0.Add(3*time.Second))
+	follow(again, t0.Add(9*time.Second), t0.Add(3*time.Second), t0.Add(4*time.Second))
+	s.rep.evicted(32, again, t0.Add(4*time.Second)) // saved, withdrawn, noticed again: not saved for it
+
 	r := &s.rep
-	if r.lostWork != 15 || r.lostUnnoticed != 1 || r.noticedEvictions != 4 || r.lostNoticed != 14 || r.overtaken != 2 || r.lostOvertaken != 12 {
-		t.Fatalf("lost %v (unnoticed %v), noticed %d losing %v, overtaken %d losing %v; want 15 (1), 4 losing 14, 2 losing 12",
+	if r.lostWork != 63 || r.lostUnnoticed != 17 || r.noticedEvictions != 4 || r.lostNoticed != 46 || r.overtaken != 3 || r.lostOvertaken != 44 {
+		t.Fatalf("lost %v (unnoticed %v), noticed %d losing %v, overtaken %d losing %v; want 63 (17), 4 losing 46, 3 losing 44",
 			r.lostWork, r.lostUnnoticed, r.noticedEvictions, r.lostNoticed, r.overtaken, r.lostOvertaken)
 	}
 	var out strings.Builder
 	r.print(&out)
-	if want := "14.0  GPU-hours over 4 evictions: 2.0 over 2 saved for it, 12.0 over 2 taken before they saved"; !strings.Contains(out.String(), want) {
+	if want := "46.0  GPU-hours over 4 evictions: 2.0 over 1 saved for its time, 44.0 over 3 taken before they saved"; !strings.Contains(out.String(), want) {
 		t.Fatalf("the report does not split the noticed evictions (%q):\n%s", want, out.String())
 	}
 }
